@@ -1,0 +1,128 @@
+"""API keys, authentication and per-key rate limits.
+
+A key is shown once at creation and stored only as its SHA-256 (the key carries 256 random bits, so a
+fast hash is enough). Rate limits are sliding windows of one minute and one hour per key, counted in
+this process; a key's ceilings are read from the store on every request, so a change made by the CLI
+applies at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import threading
+from collections import deque
+
+import attrs
+
+from paymentcore.deps import Deps
+from paymentcore.errors import (
+    CapabilityDisabledError,
+    InsufficientScopeError,
+    MerchantNotApprovedError,
+    RateLimitedError,
+    UnauthorizedError,
+)
+from paymentcore.models import ApiKey, Merchant, Scope
+
+KEY_PREFIX = "pck_"
+
+
+def hash_key(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def new_secret() -> str:
+    return KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+@attrs.frozen
+class Principal:
+    """Who is calling: the key and its merchant, as of this request."""
+
+    key: ApiKey
+    merchant: Merchant
+
+    def require(self, scope: Scope) -> None:
+        if scope not in self.key.scopes:
+            raise InsufficientScopeError(
+                f"This API key lacks the {scope.value.capitalize()} permission.",
+            )
+
+    def require_approved(self) -> None:
+        if not self.merchant.approved:
+            raise MerchantNotApprovedError()
+
+
+@attrs.frozen
+class RateState:
+    limit: int
+    remaining: int
+    reset_seconds: int
+
+
+class RateLimiter:
+    """Sliding one-minute and one-hour windows per key, in memory."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._hits: dict[str, deque[int]] = {}
+
+    def hit(self, key: ApiKey, now: int) -> RateState:
+        """Count one request or raise RATE_LIMITED (a refused request is not counted)."""
+        with self._lock:
+            hits = self._hits.setdefault(key.id, deque())
+            while hits and hits[0] <= now - 3_600_000:
+                hits.popleft()
+            in_minute = 0
+            oldest_in_minute = now
+            for stamp in reversed(hits):
+                if stamp <= now - 60_000:
+                    break
+                in_minute += 1
+                oldest_in_minute = stamp
+            if in_minute >= key.per_minute:
+                retry = max(1, -(-(oldest_in_minute + 60_000 - now) // 1000))
+                raise RateLimitedError(
+                    f"Rate limit of {key.per_minute} requests per minute exceeded for this API key.",
+                    retry_after=retry,
+                )
+            if len(hits) >= key.per_hour:
+                # the oldest hit that must expire to make room
+                index = len(hits) - key.per_hour
+                retry = max(1, -(-(hits[index] + 3_600_000 - now) // 1000))
+                raise RateLimitedError(
+                    f"Rate limit of {key.per_hour} requests per hour exceeded for this API key.",
+                    retry_after=retry,
+                )
+            hits.append(now)
+            return RateState(
+                limit=key.per_minute,
+                remaining=max(0, key.per_minute - in_minute - 1),
+                reset_seconds=max(1, -(-(oldest_in_minute + 60_000 - now) // 1000)),
+            )
+
+
+class Access:
+    def __init__(self, deps: Deps) -> None:
+        self._deps = deps
+        self.limiter = RateLimiter()
+
+    def authenticate(self, token: str | None) -> Principal:
+        """The caller behind a bearer token, or UNAUTHORIZED / CAPABILITY_DISABLED."""
+        if not token or len(token) > 200:
+            raise UnauthorizedError()
+        with self._deps.store.read() as tx:
+            key = tx.get_key_by_hash(hash_key(token))
+            if key is None or key.revoked:
+                raise UnauthorizedError()
+            merchant = tx.get_merchant(key.merchant_id)
+            settings = tx.get_settings()
+        if merchant is None:
+            raise UnauthorizedError()
+        if not settings.api_enabled:
+            raise CapabilityDisabledError("The merchant API is switched off platform-wide.")
+        return Principal(key=key, merchant=merchant)
+
+    def rate(self, principal: Principal) -> RateState:
+        return self.limiter.hit(principal.key, self._deps.clock.now())

@@ -1,0 +1,1 @@
+"""Adapters: the concrete implementations of the protocols in ``paymentcore.ports``."""

@@ -1,0 +1,161 @@
+"""The webhook sender over httpx: POST to the checked address, never anywhere else.
+
+The URL was checked (and its name resolved) once, by :func:`paymentcore.urlsafety.check_webhook_url`,
+which pinned the address in :class:`~paymentcore.ports.DeliveryTarget`. This sender connects to
+``target.address`` itself: the request line goes to the IP literal, the ``Host`` header carries the
+registered name, and for https the TLS handshake sends and verifies that name (``sni_hostname``). The
+host name is never looked up again, so a DNS answer that changes between check and delivery (DNS
+rebinding) cannot steer the request into the private network.
+
+Further guards: redirects are not followed (a 3xx is reported as the failure it is), proxies and other
+settings from the environment are ignored, the response body is never read, and connections are not
+kept alive, so a TLS connection verified for one name is never reused for another name that happens to
+share its address.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import email.utils
+import ipaddress
+import math
+import re
+import ssl
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC
+
+import httpx
+
+from paymentcore.ports import DeliveryResult, DeliveryTarget
+
+DEFAULT_USER_AGENT = "paymentcore-webhooks/0.1"
+MAX_RETRY_AFTER = 86_400  # a day: a longer Retry-After is clamped, the caller's schedule decides anyway
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_RETRY_AFTER_STATUSES = frozenset({429, 503})
+# Headers the sender owns: a caller's copy is dropped rather than sent twice or trusted.
+_OWNED_HEADERS = frozenset(
+    {
+        "host",
+        "content-type",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "upgrade",
+        "expect",
+    }
+)
+_SECONDS = re.compile(r"[0-9]+")
+
+
+def parse_retry_after(value: str | None, now: float) -> int | None:
+    """Seconds to wait from a ``Retry-After`` value (delay-seconds or an HTTP date), or None.
+
+    ``now`` is the current Unix time in seconds; a date in the past gives 0. The answer is clamped to
+    :data:`MAX_RETRY_AFTER`.
+    """
+    if value is None:
+        return None
+    text = value.strip()
+    if _SECONDS.fullmatch(text):
+        return MAX_RETRY_AFTER if len(text) > 9 else min(int(text), MAX_RETRY_AFTER)
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:  # "-0000" or no zone: HTTP dates are always GMT
+        when = when.replace(tzinfo=UTC)
+    try:
+        delay = math.ceil(when.timestamp() - now)
+    except (OverflowError, ValueError):
+        return None
+    return min(max(delay, 0), MAX_RETRY_AFTER)
+
+
+def _host_header(target: DeliveryTarget) -> str:
+    host = f"[{target.host}]" if ":" in target.host else target.host
+    if target.port == _DEFAULT_PORTS.get(target.scheme):
+        return host
+    return f"{host}:{target.port}"
+
+
+def _describe(exc: Exception) -> str:
+    detail = str(exc).strip()
+    name = type(exc).__name__
+    return f"{name}: {detail[:200]}" if detail else name
+
+
+class HttpxWebhookSender:
+    """A :class:`~paymentcore.ports.WebhookSender` on one synchronous ``httpx.Client``.
+
+    ``verify`` is handed to httpx (True: the system's certifi bundle; an ``ssl.SSLContext`` for a
+    private CA in tests). ``clock`` gives the Unix time used to turn a Retry-After date into seconds.
+    Call :meth:`close` when done.
+    """
+
+    def __init__(
+        self,
+        *,
+        verify: ssl.SSLContext | bool = True,
+        user_agent: str = DEFAULT_USER_AGENT,
+        clock: Callable[[], float] = time.time,
+        max_connections: int = 20,
+    ) -> None:
+        self._clock = clock
+        self._client = httpx.Client(
+            follow_redirects=False,
+            trust_env=False,
+            verify=verify,
+            headers={"User-Agent": user_agent},
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=0),
+        )
+
+    def close(self) -> None:
+        self._client.close()
+
+    def send(
+        self, target: DeliveryTarget, headers: Mapping[str, str], body: bytes, timeout: float
+    ) -> DeliveryResult:
+        """POST ``body`` to ``target.address``; never follows a redirect, never raises for the network."""
+        try:
+            address = ipaddress.ip_address(target.address)
+        except ValueError:
+            return DeliveryResult(status=None, error="the delivery target has no valid IP address")
+        if isinstance(address, ipaddress.IPv6Address) and address.scope_id is not None:
+            return DeliveryResult(status=None, error="the delivery target address carries a zone id")
+        if target.scheme not in _DEFAULT_PORTS:
+            return DeliveryResult(status=None, error="the delivery target scheme is not http or https")
+        if not target.target.startswith("/"):
+            return DeliveryResult(status=None, error="the delivery target path must start with /")
+
+        literal = f"[{address}]" if address.version == 6 else str(address)
+        url = f"{target.scheme}://{literal}:{target.port}{target.target}"
+        request_headers = {
+            name: value for name, value in headers.items() if name.lower() not in _OWNED_HEADERS
+        }
+        request_headers["Host"] = _host_header(target)
+        request_headers["Content-Type"] = "application/json"
+        extensions = {"sni_hostname": target.host} if target.scheme == "https" else {}
+
+        try:
+            request = self._client.build_request(
+                "POST", url, headers=request_headers, content=body, timeout=timeout, extensions=extensions
+            )
+            response = self._client.send(request, stream=True)
+        except httpx.TimeoutException:
+            return DeliveryResult(status=None, error=f"no response within {timeout:g} seconds")
+        except (httpx.HTTPError, httpx.InvalidURL, OSError) as exc:
+            return DeliveryResult(status=None, error=_describe(exc))
+
+        status = response.status_code
+        retry_after = None
+        if status in _RETRY_AFTER_STATUSES:
+            retry_after = parse_retry_after(response.headers.get("Retry-After"), self._clock())
+        with contextlib.suppress(httpx.HTTPError, OSError):
+            response.close()  # the body is never read: the status is all a delivery needs
+        error = f"redirect not followed (HTTP {status})" if 300 <= status < 400 else None
+        return DeliveryResult(status=status, retry_after=retry_after, error=error)

@@ -1,0 +1,592 @@
+"""SqliteStore: the storage port on one SQLite file, through sqlite-utils over connections we open.
+
+Each thread gets its own connection (``isolation_level=None``, WAL, ``synchronous=FULL`` by default,
+a busy timeout). A write transaction starts with ``BEGIN IMMEDIATE``, so it holds the write lock from
+its first statement and a balance read inside it is still true when it writes. Amounts are INTEGER
+columns (sqlite-utils would store a Decimal as REAL); CHECK constraints back the ledger's promises.
+The schema is migrated forward with ``PRAGMA user_version``.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import sqlite3
+import threading
+import types
+import typing
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import attrs
+import sqlite_utils
+
+from paymentcore import wire
+from paymentcore.models import (
+    ApiKey,
+    Balance,
+    Collection,
+    Event,
+    IdempotencyRecord,
+    LedgerEntry,
+    LedgerLeg,
+    Merchant,
+    Payout,
+    PayoutLimits,
+    Settings,
+    WebhookEndpoint,
+)
+
+T = TypeVar("T")
+
+MIGRATIONS: tuple[str, ...] = (
+    # 1: the first schema
+    """
+    CREATE TABLE settings (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        api_enabled INTEGER NOT NULL,
+        payouts_enabled INTEGER NOT NULL,
+        closed_currencies TEXT NOT NULL
+    );
+    CREATE TABLE merchants (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        settlement_currency TEXT NOT NULL,
+        status TEXT NOT NULL,
+        collect_fee_ppm INTEGER NOT NULL CHECK (collect_fee_ppm BETWEEN 0 AND 1000000),
+        payouts_enabled INTEGER NOT NULL,
+        blocked_providers TEXT NOT NULL,
+        created_at INTEGER NOT NULL
+    );
+    CREATE TABLE api_keys (
+        id TEXT PRIMARY KEY,
+        merchant_id TEXT NOT NULL,
+        key_hash TEXT NOT NULL UNIQUE,
+        scopes TEXT NOT NULL,
+        per_minute INTEGER NOT NULL,
+        per_hour INTEGER NOT NULL,
+        revoked INTEGER NOT NULL,
+        created_at INTEGER NOT NULL
+    );
+    CREATE TABLE payout_limits (
+        merchant_id TEXT NOT NULL,
+        currency TEXT NOT NULL,
+        per_transaction INTEGER,
+        per_day INTEGER,
+        per_week INTEGER,
+        review_threshold INTEGER,
+        PRIMARY KEY (merchant_id, currency)
+    );
+    CREATE TABLE collections (
+        reference TEXT PRIMARY KEY,
+        merchant_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        status TEXT NOT NULL,
+        requested_amount INTEGER NOT NULL CHECK (requested_amount > 0),
+        requested_currency TEXT NOT NULL,
+        description TEXT NOT NULL,
+        merchant_reference TEXT,
+        created_at INTEGER NOT NULL,
+        expires_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        method TEXT,
+        provider TEXT,
+        phone TEXT,
+        country TEXT,
+        submitted_at INTEGER,
+        next_check_at INTEGER,
+        charged_amount INTEGER,
+        charged_currency TEXT,
+        settled_amount INTEGER,
+        settled_currency TEXT,
+        fee_amount INTEGER,
+        failure_category TEXT,
+        failure_reason TEXT,
+        CHECK (settled_amount IS NULL OR settled_amount + fee_amount = charged_amount)
+    );
+    CREATE INDEX collections_open ON collections (status, next_check_at);
+    CREATE INDEX collections_expiry ON collections (status, expires_at);
+    CREATE INDEX collections_prompts ON collections (phone, submitted_at);
+    CREATE TABLE payouts (
+        reference TEXT PRIMARY KEY,
+        merchant_id TEXT NOT NULL,
+        status TEXT NOT NULL,
+        amount INTEGER NOT NULL CHECK (amount > 0),
+        currency TEXT NOT NULL,
+        phone TEXT NOT NULL,
+        country TEXT NOT NULL,
+        provider TEXT NOT NULL,
+        recipient_name TEXT,
+        merchant_reference TEXT,
+        awaiting_review INTEGER NOT NULL,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        provider_reference TEXT,
+        status_reason TEXT,
+        sent_at INTEGER,
+        next_check_at INTEGER,
+        resolution TEXT
+    );
+    CREATE INDEX payouts_window ON payouts (merchant_id, currency, created_at);
+    CREATE INDEX payouts_due ON payouts (next_check_at) WHERE next_check_at IS NOT NULL;
+    CREATE TABLE balances (
+        merchant_id TEXT NOT NULL,
+        currency TEXT NOT NULL,
+        available INTEGER NOT NULL CHECK (available >= 0),
+        reserved INTEGER NOT NULL CHECK (reserved >= 0),
+        paid_out INTEGER NOT NULL CHECK (paid_out >= 0),
+        credited INTEGER NOT NULL,
+        CHECK (credited = available + reserved + paid_out),
+        PRIMARY KEY (merchant_id, currency)
+    );
+    CREATE TABLE ledger_entries (
+        id TEXT PRIMARY KEY,
+        merchant_id TEXT NOT NULL,
+        currency TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        reference TEXT NOT NULL,
+        legs TEXT NOT NULL,
+        created_at INTEGER NOT NULL
+    );
+    CREATE INDEX ledger_by_account ON ledger_entries (merchant_id, currency, created_at);
+    CREATE TRIGGER ledger_append_only_update BEFORE UPDATE ON ledger_entries
+        BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
+    CREATE TRIGGER ledger_append_only_delete BEFORE DELETE ON ledger_entries
+        BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
+    CREATE TABLE webhooks (
+        merchant_id TEXT PRIMARY KEY,
+        url TEXT NOT NULL,
+        secret_encrypted TEXT NOT NULL,
+        events TEXT NOT NULL,
+        is_active INTEGER NOT NULL,
+        disabled_reason TEXT,
+        updated_at INTEGER NOT NULL,
+        consecutive_failures INTEGER NOT NULL,
+        ever_succeeded INTEGER NOT NULL
+    );
+    CREATE TABLE events (
+        id TEXT PRIMARY KEY,
+        merchant_id TEXT NOT NULL,
+        type TEXT NOT NULL,
+        data TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        status TEXT NOT NULL,
+        attempts INTEGER NOT NULL,
+        next_attempt_at INTEGER NOT NULL,
+        last_error TEXT,
+        delivered_at INTEGER
+    );
+    CREATE INDEX events_due ON events (status, next_attempt_at);
+    CREATE INDEX events_by_merchant ON events (merchant_id, created_at);
+    CREATE TABLE idempotency (
+        merchant_id TEXT NOT NULL,
+        key TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        status_code INTEGER,
+        body TEXT,
+        PRIMARY KEY (merchant_id, key)
+    );
+    CREATE INDEX idempotency_age ON idempotency (created_at);
+    """,
+)
+
+
+# --- rows <-> records ---------------------------------------------------------------------------
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, frozenset):
+        return json.dumps(sorted(v.value if isinstance(v, enum.Enum) else v for v in value))
+    if isinstance(value, tuple):
+        return json.dumps([[leg.account, leg.amount] for leg in value])
+    if isinstance(value, dict):
+        return wire.dumps(value)
+    return value
+
+
+def _decoder(tp: Any) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (types.UnionType, typing.Union):
+        (inner,) = [a for a in typing.get_args(tp) if a is not type(None)]
+        decode = _decoder(inner)
+        return lambda v: None if v is None else decode(v)
+    if origin is frozenset:
+        (item,) = typing.get_args(tp)
+        return lambda v: frozenset(item(x) for x in json.loads(v))
+    if origin is tuple:
+        return lambda v: tuple(LedgerLeg(a, n) for a, n in json.loads(v))
+    if origin is dict:
+        return wire.loads
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return tp
+    if tp is bool:
+        return bool
+    return lambda v: v
+
+
+@attrs.frozen
+class _Codec:
+    cls: type[Any]
+    table: str
+    keys: tuple[str, ...]
+    columns: tuple[str, ...]
+    decoders: tuple[Any, ...]
+    insert_sql: str
+    upsert_sql: str
+    update_sql: str
+    select_sql: str
+
+    @classmethod
+    def of(cls, record: type[Any], table: str, keys: tuple[str, ...]) -> _Codec:
+        hints = typing.get_type_hints(record)
+        columns = tuple(f.name for f in attrs.fields(record))
+        decoders = tuple(_decoder(hints[c]) for c in columns)
+        names = ", ".join(columns)
+        marks = ", ".join("?" for _ in columns)
+        others = [c for c in columns if c not in keys]
+        where = " AND ".join(f"{k} = ?" for k in keys)
+        return cls(
+            cls=record,
+            table=table,
+            keys=keys,
+            columns=columns,
+            decoders=decoders,
+            insert_sql=f"INSERT INTO {table} ({names}) VALUES ({marks})",
+            upsert_sql=(
+                f"INSERT INTO {table} ({names}) VALUES ({marks}) ON CONFLICT ({', '.join(keys)}) DO UPDATE SET "
+                + ", ".join(f"{c} = excluded.{c}" for c in others)
+            ),
+            update_sql=f"UPDATE {table} SET {', '.join(f'{c} = ?' for c in others)} WHERE {where}",
+            select_sql=f"SELECT {names} FROM {table}",
+        )
+
+    def values(self, record: Any) -> list[Any]:
+        return [_encode(getattr(record, c)) for c in self.columns]
+
+    def update_values(self, record: Any) -> list[Any]:
+        others = [_encode(getattr(record, c)) for c in self.columns if c not in self.keys]
+        return others + [_encode(getattr(record, k)) for k in self.keys]
+
+    def decode(self, row: tuple[Any, ...]) -> Any:
+        return self.cls(*(d(v) for d, v in zip(self.decoders, row, strict=True)))
+
+
+_SETTINGS = _Codec.of(Settings, "settings", ())
+_MERCHANTS = _Codec.of(Merchant, "merchants", ("id",))
+_KEYS = _Codec.of(ApiKey, "api_keys", ("id",))
+_LIMITS = _Codec.of(PayoutLimits, "payout_limits", ("merchant_id", "currency"))
+_COLLECTIONS = _Codec.of(Collection, "collections", ("reference",))
+_PAYOUTS = _Codec.of(Payout, "payouts", ("reference",))
+_BALANCES = _Codec.of(Balance, "balances", ("merchant_id", "currency"))
+_ENTRIES = _Codec.of(LedgerEntry, "ledger_entries", ("id",))
+_WEBHOOKS = _Codec.of(WebhookEndpoint, "webhooks", ("merchant_id",))
+_EVENTS = _Codec.of(Event, "events", ("id",))
+_IDEMPOTENCY = _Codec.of(IdempotencyRecord, "idempotency", ("merchant_id", "key"))
+
+
+class SqliteTransaction:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def _one(self, codec: _Codec, where: str, params: tuple[Any, ...]) -> Any:
+        row = self._conn.execute(f"{codec.select_sql} WHERE {where}", params).fetchone()
+        return None if row is None else codec.decode(row)
+
+    def _many(self, codec: _Codec, rest: str, params: tuple[Any, ...]) -> list[Any]:
+        return [codec.decode(r) for r in self._conn.execute(f"{codec.select_sql} {rest}", params)]
+
+    def _upsert(self, codec: _Codec, record: Any) -> None:
+        self._conn.execute(codec.upsert_sql, codec.values(record))
+
+    def _insert(self, codec: _Codec, record: Any) -> None:
+        self._conn.execute(codec.insert_sql, codec.values(record))
+
+    def _update(self, codec: _Codec, record: Any) -> None:
+        cursor = self._conn.execute(codec.update_sql, codec.update_values(record))
+        if cursor.rowcount != 1:
+            raise KeyError(f"{codec.table}: no row to update")
+
+    # --- settings, merchants, keys, limits -------------------------------------------------------
+
+    def get_settings(self) -> Settings:
+        row = self._conn.execute(
+            "SELECT api_enabled, payouts_enabled, closed_currencies FROM settings WHERE id = 1"
+        ).fetchone()
+        if row is None:
+            return Settings()
+        return Settings(bool(row[0]), bool(row[1]), frozenset(json.loads(row[2])))
+
+    def put_settings(self, settings: Settings) -> None:
+        self._conn.execute(
+            "INSERT INTO settings (id, api_enabled, payouts_enabled, closed_currencies) VALUES (1, ?, ?, ?) "
+            "ON CONFLICT (id) DO UPDATE SET api_enabled = excluded.api_enabled, "
+            "payouts_enabled = excluded.payouts_enabled, closed_currencies = excluded.closed_currencies",
+            (
+                int(settings.api_enabled),
+                int(settings.payouts_enabled),
+                _encode(settings.closed_currencies),
+            ),
+        )
+
+    def get_merchant(self, merchant_id: str) -> Merchant | None:
+        merchant: Merchant | None = self._one(_MERCHANTS, "id = ?", (merchant_id,))
+        return merchant
+
+    def put_merchant(self, merchant: Merchant) -> None:
+        self._upsert(_MERCHANTS, merchant)
+
+    def list_merchants(self) -> list[Merchant]:
+        return self._many(_MERCHANTS, "ORDER BY created_at, id", ())
+
+    def get_key(self, key_id: str) -> ApiKey | None:
+        key: ApiKey | None = self._one(_KEYS, "id = ?", (key_id,))
+        return key
+
+    def get_key_by_hash(self, key_hash: str) -> ApiKey | None:
+        key: ApiKey | None = self._one(_KEYS, "key_hash = ?", (key_hash,))
+        return key
+
+    def put_key(self, key: ApiKey) -> None:
+        self._upsert(_KEYS, key)
+
+    def get_limits(self, merchant_id: str, currency: str) -> PayoutLimits | None:
+        limits: PayoutLimits | None = self._one(
+            _LIMITS, "merchant_id = ? AND currency = ?", (merchant_id, currency)
+        )
+        return limits
+
+    def put_limits(self, limits: PayoutLimits) -> None:
+        self._upsert(_LIMITS, limits)
+
+    # --- collections -----------------------------------------------------------------------------
+
+    def get_collection(self, reference: str) -> Collection | None:
+        collection: Collection | None = self._one(_COLLECTIONS, "reference = ?", (reference,))
+        return collection
+
+    def insert_collection(self, collection: Collection) -> None:
+        self._insert(_COLLECTIONS, collection)
+
+    def update_collection(self, collection: Collection) -> None:
+        self._update(_COLLECTIONS, collection)
+
+    def due_collections(self, now: int, limit: int) -> list[Collection]:
+        return self._many(
+            _COLLECTIONS,
+            "WHERE reference IN ("
+            " SELECT reference FROM collections WHERE status IN ('PENDING', 'PROCESSING')"
+            "  AND next_check_at <= ?"
+            " UNION SELECT reference FROM collections WHERE status IN ('PENDING', 'PROCESSING')"
+            "  AND expires_at <= ?)"
+            " ORDER BY min(expires_at, coalesce(next_check_at, expires_at)), reference LIMIT ?",
+            (now, now, limit),
+        )
+
+    def count_prompts(self, phone: str, since: int) -> int:
+        row = self._conn.execute(
+            "SELECT count(*) FROM collections WHERE phone = ? AND submitted_at >= ?", (phone, since)
+        ).fetchone()
+        return int(row[0])
+
+    # --- payouts ---------------------------------------------------------------------------------
+
+    def get_payout(self, reference: str) -> Payout | None:
+        payout: Payout | None = self._one(_PAYOUTS, "reference = ?", (reference,))
+        return payout
+
+    def insert_payout(self, payout: Payout) -> None:
+        self._insert(_PAYOUTS, payout)
+
+    def update_payout(self, payout: Payout) -> None:
+        self._update(_PAYOUTS, payout)
+
+    def due_payouts(self, now: int, limit: int) -> list[Payout]:
+        return self._many(
+            _PAYOUTS,
+            "WHERE next_check_at IS NOT NULL AND next_check_at <= ?"
+            " AND ((status = 'PENDING' AND awaiting_review = 0) OR status = 'SENT')"
+            " ORDER BY next_check_at, reference LIMIT ?",
+            (now, limit),
+        )
+
+    def spent(self, merchant_id: str, currency: str, since: int) -> int:
+        row = self._conn.execute(
+            "SELECT coalesce(sum(amount), 0) FROM payouts WHERE merchant_id = ? AND currency = ?"
+            " AND created_at >= ? AND status IN ('PENDING', 'SENT', 'PAID', 'FAILED')",
+            (merchant_id, currency, since),
+        ).fetchone()
+        return int(row[0])
+
+    # --- ledger ----------------------------------------------------------------------------------
+
+    def get_balance(self, merchant_id: str, currency: str) -> Balance:
+        balance: Balance | None = self._one(
+            _BALANCES, "merchant_id = ? AND currency = ?", (merchant_id, currency)
+        )
+        return balance if balance is not None else Balance(merchant_id=merchant_id, currency=currency)
+
+    def list_balances(self, merchant_id: str) -> list[Balance]:
+        return self._many(_BALANCES, "WHERE merchant_id = ? ORDER BY currency", (merchant_id,))
+
+    def put_balance(self, balance: Balance) -> None:
+        self._upsert(_BALANCES, balance)
+
+    def append_entry(self, entry: LedgerEntry) -> None:
+        self._insert(_ENTRIES, entry)
+
+    def list_entries(self, merchant_id: str, currency: str) -> list[LedgerEntry]:
+        return self._many(
+            _ENTRIES, "WHERE merchant_id = ? AND currency = ? ORDER BY created_at, id", (merchant_id, currency)
+        )
+
+    # --- webhooks and the outbox -----------------------------------------------------------------
+
+    def get_webhook(self, merchant_id: str) -> WebhookEndpoint | None:
+        endpoint: WebhookEndpoint | None = self._one(_WEBHOOKS, "merchant_id = ?", (merchant_id,))
+        return endpoint
+
+    def put_webhook(self, endpoint: WebhookEndpoint) -> None:
+        self._upsert(_WEBHOOKS, endpoint)
+
+    def insert_event(self, event: Event) -> None:
+        self._insert(_EVENTS, event)
+
+    def get_event(self, event_id: str) -> Event | None:
+        event: Event | None = self._one(_EVENTS, "id = ?", (event_id,))
+        return event
+
+    def update_event(self, event: Event) -> None:
+        self._update(_EVENTS, event)
+
+    def due_events(self, now: int, limit: int) -> list[Event]:
+        return self._many(
+            _EVENTS,
+            "WHERE status = 'PENDING' AND next_attempt_at <= ? ORDER BY created_at, id LIMIT ?",
+            (now, limit),
+        )
+
+    def list_events(self, merchant_id: str) -> list[Event]:
+        return self._many(_EVENTS, "WHERE merchant_id = ? ORDER BY created_at, id", (merchant_id,))
+
+    # --- idempotency -----------------------------------------------------------------------------
+
+    def get_idempotency(self, merchant_id: str, key: str) -> IdempotencyRecord | None:
+        record: IdempotencyRecord | None = self._one(
+            _IDEMPOTENCY, "merchant_id = ? AND key = ?", (merchant_id, key)
+        )
+        return record
+
+    def put_idempotency(self, record: IdempotencyRecord) -> None:
+        self._upsert(_IDEMPOTENCY, record)
+
+    def delete_idempotency(self, merchant_id: str, key: str) -> None:
+        self._conn.execute("DELETE FROM idempotency WHERE merchant_id = ? AND key = ?", (merchant_id, key))
+
+    def purge_idempotency(self, before: int) -> int:
+        return self._conn.execute("DELETE FROM idempotency WHERE created_at < ?", (before,)).rowcount
+
+
+class SqliteStore:
+    """The storage port on a SQLite file. ``synchronous`` is FULL (the default) or NORMAL."""
+
+    def __init__(self, path: str | Path, *, synchronous: str = "FULL", busy_timeout_ms: int = 60_000) -> None:
+        if synchronous not in ("FULL", "NORMAL", "EXTRA"):
+            raise ValueError("synchronous must be FULL, NORMAL or EXTRA")
+        self.path = str(path)
+        self._synchronous = synchronous
+        self._busy_timeout_ms = busy_timeout_ms
+        self._local = threading.local()
+        self._all: list[sqlite3.Connection] = []
+        self._all_lock = threading.Lock()
+        self.migrate()
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self.path,
+            isolation_level=None,
+            check_same_thread=False,
+            timeout=self._busy_timeout_ms / 1000,
+        )
+        conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        return conn
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._connect()
+            self._local.conn = conn
+            with self._all_lock:
+                self._all.append(conn)
+        return conn
+
+    def migrate(self) -> None:
+        """Bring the schema up to date (idempotent; safe with several processes starting at once)."""
+        db = sqlite_utils.Database(self._conn())
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            version = int(db.execute("PRAGMA user_version").fetchone()[0])
+            for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
+                for statement in _statements(script):
+                    db.execute(statement)
+                db.execute(f"PRAGMA user_version = {number}")
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    def schema_version(self) -> int:
+        return int(self._conn().execute("PRAGMA user_version").fetchone()[0])
+
+    @contextmanager
+    def transaction(self) -> Iterator[SqliteTransaction]:
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield SqliteTransaction(conn)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    @contextmanager
+    def read(self) -> Iterator[SqliteTransaction]:
+        conn = self._conn()
+        conn.execute("BEGIN")
+        try:
+            yield SqliteTransaction(conn)
+        finally:
+            conn.execute("ROLLBACK")
+
+    def integrity_check(self) -> str:
+        return str(self._conn().execute("PRAGMA integrity_check").fetchone()[0])
+
+    def close(self) -> None:
+        with self._all_lock:
+            for conn in self._all:
+                conn.close()
+            self._all.clear()
+        self._local = threading.local()
+
+
+def _statements(script: str) -> Iterator[str]:
+    """Split a migration into statements, keeping trigger bodies whole."""
+    buffer = ""
+    for line in script.splitlines(keepends=True):
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            statement = buffer.strip()
+            if statement:
+                yield statement
+            buffer = ""
+    if buffer.strip():
+        yield buffer.strip()

@@ -1,0 +1,192 @@
+"""The composition root: a PaymentCore built from a store, a network, a clock and a Config.
+
+Nothing here runs at import time. ``PaymentCore.memory()`` gives a core on the in-memory store (tests,
+embedding); ``PaymentCore.sqlite(path)`` one on a SQLite file with the server key kept beside it.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from paymentcore.access import Access
+from paymentcore.adapters.clock import RandomReferences, SystemClock
+from paymentcore.adapters.memory import MemoryStore
+from paymentcore.adapters.sandbox import SandboxNetwork
+from paymentcore.adapters.secretbox import FernetSecretBox
+from paymentcore.catalogue import Catalogue
+from paymentcore.collect import Collect
+from paymentcore.config import Config
+from paymentcore.deps import Deps
+from paymentcore.disburse import Disburse
+from paymentcore.idempotency import Idempotency
+from paymentcore.ledger import check_invariant
+from paymentcore.models import Balance
+from paymentcore.operator import Operator
+from paymentcore.ports import Clock, Network, References, Resolver, SecretBox, Store, WebhookSender
+from paymentcore.urlsafety import system_resolver
+from paymentcore.webhooks import Webhooks
+
+
+def _default_sender() -> WebhookSender:
+    from paymentcore.adapters.httpx_sender import HttpxWebhookSender
+
+    return HttpxWebhookSender()
+
+
+class PaymentCore:
+    """Everything paymentcore does, behind one object.
+
+    Services: ``collect``, ``disburse``, ``webhooks``, ``operator``, ``access``. ``tick()`` runs one round
+    of background work (prompts and settlement, payout dispatch, webhook delivery); ``start_worker()``
+    runs it in a thread.
+    """
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        network: Network | None = None,
+        clock: Clock | None = None,
+        refs: References | None = None,
+        catalogue: Catalogue | None = None,
+        config: Config | None = None,
+        secret_box: SecretBox | None = None,
+        sender: WebhookSender | None = None,
+        resolver: Resolver | None = None,
+    ) -> None:
+        config = config or Config()
+        self.config = config
+        self.deps = Deps(
+            store=store,
+            clock=clock or SystemClock(),
+            refs=refs or RandomReferences(),
+            network=network or SandboxNetwork(delay_seconds=config.sandbox_delay),
+            catalogue=catalogue or Catalogue.default(),
+            config=config,
+            secret_box=secret_box or FernetSecretBox.generate(),
+            resolver=resolver or system_resolver,
+            sender=sender,
+        )
+        idem = Idempotency(retention_ms=config.idempotency_retention_hours * 3_600_000, box=self.deps.secret_box)
+        self.access = Access(self.deps)
+        self.operator = Operator(self.deps)
+        self.collect = Collect(self.deps, idem)
+        self.disburse = Disburse(self.deps, idem)
+        self.webhooks = Webhooks(self.deps, idem)
+        self._worker: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    # --- construction ----------------------------------------------------------------------------
+
+    @classmethod
+    def memory(cls, **kwargs: Any) -> PaymentCore:
+        """A core on the in-memory store."""
+        return cls(store=MemoryStore(), **kwargs)
+
+    @classmethod
+    def sqlite(
+        cls, path: str | Path, *, synchronous: str = "FULL", key_file: str | Path | None = None, **kwargs: Any
+    ) -> PaymentCore:
+        """A core on a SQLite file; the server key is ``<path>.key`` unless given."""
+        from paymentcore.adapters.sqlite import SqliteStore
+
+        path = Path(path)
+        if "secret_box" not in kwargs:
+            key_path = Path(key_file) if key_file is not None else path.with_name(path.name + ".key")
+            kwargs["secret_box"] = FernetSecretBox.from_key_file(key_path)
+        if "sender" not in kwargs:
+            kwargs["sender"] = _default_sender()
+        return cls(store=SqliteStore(path, synchronous=synchronous), **kwargs)
+
+    # --- conveniences ----------------------------------------------------------------------------
+
+    @property
+    def store(self) -> Store:
+        return self.deps.store
+
+    @property
+    def clock(self) -> Clock:
+        return self.deps.clock
+
+    @property
+    def network(self) -> Network:
+        return self.deps.network
+
+    @property
+    def catalogue(self) -> Catalogue:
+        return self.deps.catalogue
+
+    def check_ledger(self, merchant_id: str, currency: str) -> Balance:
+        """Recompute one balance from the journal; raises LedgerInvariantError if the books are off."""
+        with self.store.read() as tx:
+            return check_invariant(tx, merchant_id, currency)
+
+    def check_all_ledgers(self) -> list[Balance]:
+        with self.store.read() as tx:
+            merchants = tx.list_merchants()
+            return [
+                check_invariant(tx, merchant.id, balance.currency)
+                for merchant in merchants
+                for balance in tx.list_balances(merchant.id)
+            ]
+
+    # --- background work -------------------------------------------------------------------------
+
+    def tick(self) -> int:
+        """One round of background work; returns how many items were looked at."""
+        done = self.collect.process_due()
+        done += self.disburse.process_due()
+        done += self.webhooks.process_due()
+        with self.store.transaction() as tx:
+            tx.purge_idempotency(self.clock.now() - self.config.idempotency_retention_hours * 3_600_000)
+        return done
+
+    def run_until_idle(self, max_rounds: int = 50) -> None:
+        """Tick until a round finds nothing due (tests and scripts)."""
+        for _ in range(max_rounds):
+            if self.tick() == 0:
+                return
+
+    def start_worker(self, interval: float = 0.2) -> None:
+        if self._worker is not None:
+            return
+        self._stop.clear()
+
+        def loop() -> None:
+            import logging
+
+            log = logging.getLogger("paymentcore.worker")
+            while not self._stop.is_set():
+                try:
+                    busy = self.tick()
+                except Exception:  # the loop must survive one bad round; the work stays due
+                    log.exception("worker round failed")
+                    busy = 0
+                if not busy:
+                    self._stop.wait(interval)
+
+        self._worker = threading.Thread(target=loop, name="paymentcore-worker", daemon=True)
+        self._worker.start()
+
+    def stop_worker(self) -> None:
+        if self._worker is None:
+            return
+        self._stop.set()
+        self._worker.join(timeout=30)
+        self._worker = None
+
+    def close(self) -> None:
+        self.stop_worker()
+        sender = self.deps.sender
+        close = getattr(sender, "close", None)
+        if callable(close):
+            close()
+        self.store.close()
+
+
+def replace_config(config: Config, **changes: Any) -> Config:
+    return attrs.evolve(config, **changes)

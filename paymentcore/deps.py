@@ -1,0 +1,56 @@
+"""What every service needs, wired once by the composition root (``paymentcore.bootstrap``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from paymentcore.catalogue import Catalogue
+from paymentcore.config import Config
+from paymentcore.models import Event, Merchant
+from paymentcore.ports import (
+    Clock,
+    Network,
+    References,
+    Resolver,
+    SecretBox,
+    Store,
+    Transaction,
+    WebhookSender,
+)
+
+
+@attrs.define
+class Deps:
+    store: Store
+    clock: Clock
+    refs: References
+    network: Network
+    catalogue: Catalogue
+    config: Config
+    secret_box: SecretBox
+    resolver: Resolver
+    sender: WebhookSender | None = None
+
+    def emit(self, tx: Transaction, merchant_id: str, event_type: str, data: dict[str, Any], now: int) -> Event:
+        """Write an outbox event inside the caller's transaction (delivered later by the worker)."""
+        event = Event(
+            id=self.refs.token("evt"),
+            merchant_id=merchant_id,
+            type=event_type,
+            data=data,
+            created_at=now,
+            next_attempt_at=now,
+        )
+        tx.insert_event(event)
+        return event
+
+
+def require_merchant(tx: Transaction, merchant_id: str) -> Merchant:
+    from paymentcore.errors import NotFoundError
+
+    merchant = tx.get_merchant(merchant_id)
+    if merchant is None:
+        raise NotFoundError(f"No merchant {merchant_id}.", param="merchant")
+    return merchant

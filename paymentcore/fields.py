@@ -1,0 +1,60 @@
+"""Reading request bodies field by field, with the spec's errors and ``param`` names."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any
+
+from paymentcore.errors import InvalidRequestError
+
+
+def require_object(body: object) -> Mapping[str, Any]:
+    if not isinstance(body, Mapping):
+        raise InvalidRequestError("The body must be a JSON object.")
+    return body
+
+
+def required(body: Mapping[str, Any], name: str) -> Any:
+    if name not in body or body[name] is None:
+        raise InvalidRequestError(f"{name} is required.", param=name)
+    return body[name]
+
+
+def optional_string(
+    body: Mapping[str, Any], name: str, *, max_length: int, alias: str | None = None
+) -> str | None:
+    value = body.get(name)
+    param = name
+    if value is None and alias is not None:
+        value = body.get(alias)
+        param = alias
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidRequestError(f"{param} must be a string.", param=param)
+    if len(value) > max_length:
+        raise InvalidRequestError(f"{param} must be at most {max_length} characters.", param=param)
+    return value
+
+
+def required_string(body: Mapping[str, Any], name: str, *, max_length: int = 200) -> str:
+    value = required(body, name)
+    if not isinstance(value, str) or not value:
+        raise InvalidRequestError(f"{name} must be a non-empty string.", param=name)
+    if len(value) > max_length:
+        raise InvalidRequestError(f"{name} must be at most {max_length} characters.", param=name)
+    return value
+
+
+def optional_int(body: Mapping[str, Any], name: str, *, default: int, low: int, high: int) -> int:
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, Decimal) and value.is_finite() and value == value.to_integral_value():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidRequestError(f"{name} must be a whole number.", param=name)
+    if value < low or value > high:
+        raise InvalidRequestError(f"{name} must be between {low} and {high}.", param=name)
+    return value

@@ -1,0 +1,181 @@
+"""The double-entry ledger of merchant balances.
+
+Each merchant and currency has three accounts: ``available``, ``reserved`` and ``paid_out``; money
+enters from the ``network`` account (external) and a platform fee goes to ``fees``. Every movement is
+one :class:`LedgerEntry` whose legs sum to zero, written together with the balance it changes (and, in
+the services, with the state change and the outbox event) inside one transaction.
+
+The four movements:
+
+- :func:`credit`  a collection settles: network -> available (net), network -> fees (fee);
+- :func:`reserve` a payout is created: available -> reserved;
+- :func:`post`    a payout is paid: reserved -> paid_out;
+- :func:`release` a payout is rejected or its money returned: reserved -> available.
+
+A payout's reservation resolves (post or release) at most once: the payout record carries the
+resolution and the services refuse a second one.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from paymentcore.errors import InsufficientBalanceError
+from paymentcore.models import Balance, LedgerEntry, LedgerLeg
+from paymentcore.ports import Transaction
+
+
+class LedgerInvariantError(AssertionError):
+    """The books do not balance: a bug, never a user error."""
+
+
+def _account(merchant_id: str, name: str) -> str:
+    return f"merchant:{merchant_id}:{name}"
+
+
+def _write(
+    tx: Transaction,
+    *,
+    entry_id: str,
+    balance: Balance,
+    kind: str,
+    reference: str,
+    legs: tuple[LedgerLeg, ...],
+    now: int,
+    new_balance: Balance,
+) -> Balance:
+    if sum(leg.amount for leg in legs) != 0:
+        raise LedgerInvariantError(f"entry {entry_id} does not balance")
+    tx.append_entry(
+        LedgerEntry(
+            id=entry_id,
+            merchant_id=balance.merchant_id,
+            currency=balance.currency,
+            kind=kind,
+            reference=reference,
+            legs=legs,
+            created_at=now,
+        )
+    )
+    tx.put_balance(new_balance)
+    return new_balance
+
+
+def credit(
+    tx: Transaction, *, entry_id: str, merchant_id: str, currency: str, net: int, fee: int, reference: str,
+    now: int,
+) -> Balance:
+    if net < 0 or fee < 0 or net + fee <= 0:
+        raise ValueError("a credit moves a positive amount")
+    balance = tx.get_balance(merchant_id, currency)
+    legs = [
+        LedgerLeg("network", -(net + fee)),
+        LedgerLeg(_account(merchant_id, "available"), net),
+    ]
+    if fee:
+        legs.append(LedgerLeg("fees", fee))
+    return _write(
+        tx, entry_id=entry_id, balance=balance, kind="credit", reference=reference, legs=tuple(legs),
+        now=now,
+        new_balance=attrs.evolve(balance, available=balance.available + net, credited=balance.credited + net),
+    )
+
+
+def reserve(
+    tx: Transaction, *, entry_id: str, merchant_id: str, currency: str, amount: int, reference: str,
+    now: int, decimals: int,
+) -> Balance:
+    """Move ``amount`` from available to reserved, or raise INSUFFICIENT_BALANCE."""
+    from paymentcore.money import minor_to_decimal
+
+    balance = tx.get_balance(merchant_id, currency)
+    if amount <= 0:
+        raise ValueError("a reservation moves a positive amount")
+    if balance.available < amount:
+        available = minor_to_decimal(balance.available, decimals)
+        required = minor_to_decimal(amount, decimals)
+        raise InsufficientBalanceError(
+            f"The available {currency} balance is {available}; this payout needs {required}.",
+            param="amount",
+            details={"available": available, "required": required, "currency": currency},
+        )
+    legs = (
+        LedgerLeg(_account(merchant_id, "available"), -amount),
+        LedgerLeg(_account(merchant_id, "reserved"), amount),
+    )
+    return _write(
+        tx, entry_id=entry_id, balance=balance, kind="reserve", reference=reference, legs=legs, now=now,
+        new_balance=attrs.evolve(
+            balance, available=balance.available - amount, reserved=balance.reserved + amount
+        ),
+    )
+
+
+def post(
+    tx: Transaction, *, entry_id: str, merchant_id: str, currency: str, amount: int, reference: str,
+    now: int,
+) -> Balance:
+    balance = tx.get_balance(merchant_id, currency)
+    if balance.reserved < amount:
+        raise LedgerInvariantError(f"posting {amount} with only {balance.reserved} reserved")
+    legs = (
+        LedgerLeg(_account(merchant_id, "reserved"), -amount),
+        LedgerLeg(_account(merchant_id, "paid_out"), amount),
+    )
+    return _write(
+        tx, entry_id=entry_id, balance=balance, kind="post", reference=reference, legs=legs, now=now,
+        new_balance=attrs.evolve(
+            balance, reserved=balance.reserved - amount, paid_out=balance.paid_out + amount
+        ),
+    )
+
+
+def release(
+    tx: Transaction, *, entry_id: str, merchant_id: str, currency: str, amount: int, reference: str,
+    now: int,
+) -> Balance:
+    balance = tx.get_balance(merchant_id, currency)
+    if balance.reserved < amount:
+        raise LedgerInvariantError(f"releasing {amount} with only {balance.reserved} reserved")
+    legs = (
+        LedgerLeg(_account(merchant_id, "reserved"), -amount),
+        LedgerLeg(_account(merchant_id, "available"), amount),
+    )
+    return _write(
+        tx, entry_id=entry_id, balance=balance, kind="release", reference=reference, legs=legs, now=now,
+        new_balance=attrs.evolve(
+            balance, available=balance.available + amount, reserved=balance.reserved - amount
+        ),
+    )
+
+
+def check_invariant(tx: Transaction, merchant_id: str, currency: str) -> Balance:
+    """Recompute the balance from the journal and compare; raise LedgerInvariantError on any gap.
+
+    Checks: every entry balances; credited = available + reserved + paid_out; available >= 0 and
+    reserved >= 0; the stored balance equals the one derived from the entries.
+    """
+    derived = Balance(merchant_id=merchant_id, currency=currency)
+    available = _account(merchant_id, "available")
+    reserved = _account(merchant_id, "reserved")
+    paid_out = _account(merchant_id, "paid_out")
+    for entry in tx.list_entries(merchant_id, currency):
+        if sum(leg.amount for leg in entry.legs) != 0:
+            raise LedgerInvariantError(f"entry {entry.id} does not balance")
+        for leg in entry.legs:
+            if leg.account == available:
+                derived = attrs.evolve(derived, available=derived.available + leg.amount)
+                if entry.kind == "credit":
+                    derived = attrs.evolve(derived, credited=derived.credited + leg.amount)
+            elif leg.account == reserved:
+                derived = attrs.evolve(derived, reserved=derived.reserved + leg.amount)
+            elif leg.account == paid_out:
+                derived = attrs.evolve(derived, paid_out=derived.paid_out + leg.amount)
+    stored = tx.get_balance(merchant_id, currency)
+    if stored != derived:
+        raise LedgerInvariantError(f"stored balance {stored} differs from the journal {derived}")
+    if derived.credited != derived.available + derived.reserved + derived.paid_out:
+        raise LedgerInvariantError(f"credited != available + reserved + paid out: {derived}")
+    if derived.available < 0 or derived.reserved < 0:
+        raise LedgerInvariantError(f"negative balance: {derived}")
+    return derived

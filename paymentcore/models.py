@@ -1,0 +1,259 @@
+"""Records of the domain: merchants, keys, switches, collections, payouts, balances, events.
+
+Every record is a frozen attrs value; a change is a new value made with ``attrs.evolve``. Amounts are
+integer minor units; times are integer milliseconds since the Unix epoch (UTC). State machines are
+explicit tables: :func:`check_transition` raises :class:`InvalidTransitionError` for anything else.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import attrs
+
+from paymentcore.errors import InvalidTransitionError
+
+
+class Scope(enum.Enum):
+    COLLECT = "collect"
+    DISBURSE = "disburse"
+
+
+class MerchantStatus(enum.Enum):
+    APPROVED = "APPROVED"
+    NOT_APPROVED = "NOT_APPROVED"
+    SUSPENDED = "SUSPENDED"
+
+
+class CollectionStatus(enum.Enum):
+    PENDING = "PENDING"
+    PROCESSING = "PROCESSING"
+    SUCCESS = "SUCCESS"
+    FAILED = "FAILED"
+
+
+class CollectionKind(enum.Enum):
+    CHARGE = "CHARGE"
+    CHECKOUT = "CHECKOUT"
+    LEGACY = "LEGACY"
+
+
+class PayoutStatus(enum.Enum):
+    PENDING = "PENDING"
+    SENT = "SENT"
+    PAID = "PAID"
+    FAILED = "FAILED"
+    REJECTED = "REJECTED"
+
+
+class Resolution(enum.Enum):
+    """How a payout's reservation ended: at most once per payout."""
+
+    POSTED = "POSTED"  # the money left: the payout is PAID
+    RELEASED = "RELEASED"  # the money came back to the available balance
+
+
+class DeliveryStatus(enum.Enum):
+    PENDING = "PENDING"
+    DELIVERED = "DELIVERED"
+    FAILED = "FAILED"  # gave up after the retry schedule
+    SKIPPED = "SKIPPED"  # no active endpoint when it was due
+
+
+COLLECTION_TRANSITIONS: frozenset[tuple[CollectionStatus, CollectionStatus]] = frozenset(
+    {
+        (CollectionStatus.PENDING, CollectionStatus.PROCESSING),
+        (CollectionStatus.PENDING, CollectionStatus.FAILED),  # expiry before the payer chose
+        (CollectionStatus.PROCESSING, CollectionStatus.SUCCESS),
+        (CollectionStatus.PROCESSING, CollectionStatus.FAILED),
+    }
+)
+
+PAYOUT_TRANSITIONS: frozenset[tuple[PayoutStatus, PayoutStatus]] = frozenset(
+    {
+        (PayoutStatus.PENDING, PayoutStatus.SENT),
+        (PayoutStatus.PENDING, PayoutStatus.FAILED),
+        (PayoutStatus.PENDING, PayoutStatus.REJECTED),
+        (PayoutStatus.SENT, PayoutStatus.PAID),
+        (PayoutStatus.SENT, PayoutStatus.FAILED),
+        (PayoutStatus.FAILED, PayoutStatus.PAID),  # resolution found that the money did move
+    }
+)
+
+
+def check_transition(
+    table: frozenset[tuple[Any, Any]], current: enum.Enum, target: enum.Enum, what: str
+) -> None:
+    if (current, target) not in table:
+        raise InvalidTransitionError(
+            f"A {what} in status {current.value} cannot move to {target.value}.",
+            details={"status": current.value, "requested": target.value},
+        )
+
+
+@attrs.frozen
+class Settings:
+    """Platform switches: one record for the whole platform."""
+
+    api_enabled: bool = True
+    payouts_enabled: bool = True
+    closed_currencies: frozenset[str] = frozenset()
+
+
+@attrs.frozen
+class Merchant:
+    id: str
+    name: str
+    settlement_currency: str
+    status: MerchantStatus
+    collect_fee_ppm: int  # platform fee, in millionths of the charged amount
+    payouts_enabled: bool
+    blocked_providers: frozenset[str]
+    created_at: int
+
+    @property
+    def approved(self) -> bool:
+        return self.status is MerchantStatus.APPROVED
+
+
+@attrs.frozen
+class ApiKey:
+    id: str
+    merchant_id: str
+    key_hash: str
+    scopes: frozenset[Scope]
+    per_minute: int
+    per_hour: int
+    revoked: bool
+    created_at: int
+
+
+@attrs.frozen
+class PayoutLimits:
+    """A merchant's payout ceilings for one currency, in minor units; None means not set."""
+
+    merchant_id: str
+    currency: str
+    per_transaction: int | None = None
+    per_day: int | None = None
+    per_week: int | None = None
+    review_threshold: int | None = None
+
+
+@attrs.frozen
+class Collection:
+    reference: str
+    merchant_id: str
+    kind: CollectionKind
+    status: CollectionStatus
+    requested_amount: int
+    requested_currency: str
+    description: str
+    merchant_reference: str | None
+    created_at: int
+    expires_at: int
+    updated_at: int
+    method: str | None = None
+    provider: str | None = None
+    phone: str | None = None
+    country: str | None = None
+    submitted_at: int | None = None  # when the prompt went to the network
+    next_check_at: int | None = None  # when the worker next asks the network
+    charged_amount: int | None = None  # what the payer pays, in charged_currency (fee included)
+    charged_currency: str | None = None
+    settled_amount: int | None = None  # net, credited to the merchant
+    settled_currency: str | None = None
+    fee_amount: int | None = None
+    failure_category: str | None = None
+    failure_reason: str | None = None
+
+
+@attrs.frozen
+class Payout:
+    reference: str
+    merchant_id: str
+    status: PayoutStatus
+    amount: int
+    currency: str
+    phone: str
+    country: str
+    provider: str
+    recipient_name: str | None
+    merchant_reference: str | None
+    awaiting_review: bool
+    created_at: int
+    updated_at: int
+    provider_reference: str | None = None
+    status_reason: str | None = None
+    sent_at: int | None = None
+    next_check_at: int | None = None  # dispatch lease, or next status check once SENT
+    resolution: Resolution | None = None
+
+
+@attrs.frozen
+class Balance:
+    """One merchant's money in one currency. credited == available + reserved + paid_out."""
+
+    merchant_id: str
+    currency: str
+    available: int = 0
+    reserved: int = 0
+    paid_out: int = 0
+    credited: int = 0
+
+
+@attrs.frozen
+class LedgerLeg:
+    account: str
+    amount: int  # positive: the account grows; legs of one entry sum to zero
+
+
+@attrs.frozen
+class LedgerEntry:
+    id: str
+    merchant_id: str
+    currency: str
+    kind: str  # credit, reserve, post, release
+    reference: str
+    legs: tuple[LedgerLeg, ...]
+    created_at: int
+
+
+@attrs.frozen
+class WebhookEndpoint:
+    merchant_id: str
+    url: str
+    secret_encrypted: str
+    events: str  # "v2" or "legacy"
+    is_active: bool
+    disabled_reason: str | None
+    updated_at: int
+    consecutive_failures: int = 0
+    ever_succeeded: bool = False
+
+
+@attrs.frozen
+class Event:
+    """A row of the transactional outbox: written with the state change that caused it."""
+
+    id: str
+    merchant_id: str
+    type: str  # new name: collect.succeeded, disburse.sent, ...
+    data: dict[str, Any]
+    created_at: int
+    status: DeliveryStatus = DeliveryStatus.PENDING
+    attempts: int = 0
+    next_attempt_at: int = 0
+    last_error: str | None = None
+    delivered_at: int | None = None
+
+
+@attrs.frozen
+class IdempotencyRecord:
+    merchant_id: str
+    key: str
+    fingerprint: str
+    created_at: int
+    status_code: int | None = None  # None while the first request is still running
+    body: str | None = None  # the JSON answered

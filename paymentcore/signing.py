@@ -1,0 +1,65 @@
+"""HMAC-SHA-256 webhook signatures, for the sender and for receivers.
+
+The signed string is ``<timestamp>.<raw body>``; the header is ``sha256=<lowercase hex>``. A receiver
+calls :func:`verify_webhook` with the secret, the request headers and the raw body bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import time
+from collections.abc import Mapping
+
+SIGNATURE_HEADER = "X-Service-Signature"
+TIMESTAMP_HEADER = "X-Service-Timestamp"
+EVENT_HEADER = "X-Service-Event"
+TOLERANCE_SECONDS = 300
+
+
+class WebhookVerificationError(Exception):
+    """The delivery is not authentic or not fresh: reject it (answer 400 or 401)."""
+
+
+def signature(secret: str, timestamp: int | str, body: bytes) -> str:
+    """The header value for ``body`` sent at ``timestamp`` (Unix seconds)."""
+    message = str(timestamp).encode("ascii") + b"." + body
+    return "sha256=" + hmac.digest(secret.encode(), message, hashlib.sha256).hex()
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    wanted = name.lower()
+    for key, value in headers.items():
+        if key.lower() == wanted:
+            return value
+    return None
+
+
+def verify_webhook(
+    secret: str,
+    headers: Mapping[str, str],
+    body: bytes,
+    *,
+    now: float | None = None,
+    tolerance: int = TOLERANCE_SECONDS,
+) -> int:
+    """Check a delivery's signature and freshness; return its timestamp or raise WebhookVerificationError.
+
+    ``body`` must be the raw bytes as received, not a re-serialised copy. The comparison runs in
+    constant time; a timestamp more than ``tolerance`` seconds from ``now`` either way is refused.
+    """
+    given = _header(headers, SIGNATURE_HEADER)
+    stamp = _header(headers, TIMESTAMP_HEADER)
+    if not given or not stamp:
+        raise WebhookVerificationError("missing signature or timestamp header")
+    if not stamp.isascii() or not stamp.isdigit() or len(stamp) > 12:
+        raise WebhookVerificationError("malformed timestamp")
+    if not given.startswith("sha256=") or len(given) != 7 + 64:
+        raise WebhookVerificationError("malformed signature")
+    current = time.time() if now is None else now
+    if abs(current - int(stamp)) > tolerance:
+        raise WebhookVerificationError("timestamp outside the tolerance window")
+    expected = signature(secret, stamp, body)
+    if not hmac.compare_digest(expected.encode(), given.lower().encode("ascii", "replace")):
+        raise WebhookVerificationError("signature does not match")
+    return int(stamp)

@@ -1,0 +1,5 @@
+import sys
+
+from paymentcore_server.cli import main
+
+sys.exit(main())

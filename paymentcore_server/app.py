@@ -1,0 +1,398 @@
+"""The Starlette adapter: parse, call a service, render. ``create_app(core)`` builds it; nothing at import.
+
+Every response carries ``X-Request-Id``; every error, framework errors included, has the spec's shape
+with ``requestId`` equal to that header.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from paymentcore import wire
+from paymentcore.access import Principal, RateState
+from paymentcore.bootstrap import PaymentCore
+from paymentcore.errors import (
+    BodyTooLargeError,
+    InvalidRequestError,
+    MethodNotAllowedError,
+    NotFoundError,
+    PaymentError,
+    RateLimitedError,
+    ServerError,
+    UnauthorizedError,
+)
+from paymentcore.idempotency import Reply, check_key
+from paymentcore.models import Scope as KeyScope
+from paymentcore.money import parse_json
+from paymentcore_server.errors import status_of
+
+MAX_BODY = 1024 * 1024
+CACHE_HOUR = "public, max-age=3600"
+log = logging.getLogger("paymentcore.server")
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(wire.dumps(body), status_code=status, headers=headers, media_type="application/json")
+
+
+def request_id(request: Request) -> str:
+    rid: str = request.scope.setdefault("state", {}).setdefault("request_id", "req_" + secrets.token_hex(12))
+    return rid
+
+
+def error_response(request: Request, error: PaymentError) -> Response:
+    body = error.to_dict()
+    body["requestId"] = request_id(request)
+    headers = {}
+    if isinstance(error, RateLimitedError):
+        headers["Retry-After"] = str(error.retry_after)
+    return json_response(body, status_of(error), headers)
+
+
+class RequestIdMiddleware:
+    """Gives every request an id and puts it on every response as X-Request-Id."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        rid = "req_" + secrets.token_hex(12)
+        scope.setdefault("state", {})["request_id"] = rid
+        started = False
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                headers = list(message.get("headers", []))
+                headers.append((b"x-request-id", rid.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        except Exception:
+            log.exception("unhandled error (request %s)", rid)
+            if started:
+                raise
+            body = wire.dumps(
+                {"code": "SERVER_ERROR", "message": ServerError.default_message, "requestId": rid}
+            ).encode()
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 500,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode()),
+                        (b"x-request-id", rid.encode()),
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
+
+
+async def read_body(request: Request) -> bytes:
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > MAX_BODY:
+        raise BodyTooLargeError("The request body is larger than 1 MiB.")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise BodyTooLargeError("The request body is larger than 1 MiB.")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def json_body(request: Request) -> Any:
+    raw = await read_body(request)
+    if not raw.strip():
+        raise InvalidRequestError("The body must be a JSON object.")
+    return parse_json(raw)
+
+
+class Api:
+    """The routes, bound to one core."""
+
+    def __init__(self, core: PaymentCore) -> None:
+        self.core = core
+
+    # --- plumbing --------------------------------------------------------------------------------
+
+    async def _auth(self, request: Request) -> tuple[Principal, RateState]:
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise UnauthorizedError()
+        principal = await run_in_threadpool(self.core.access.authenticate, token.strip())
+        state = self.core.access.rate(principal)
+        return principal, state
+
+    @staticmethod
+    def _rate_headers(state: RateState) -> dict[str, str]:
+        return {
+            "X-RateLimit-Limit": str(state.limit),
+            "X-RateLimit-Remaining": str(state.remaining),
+            "X-RateLimit-Reset": str(state.reset_seconds),
+        }
+
+    def endpoint(
+        self,
+        work: Callable[[Request, Principal], Awaitable[Reply]],
+        *,
+        scope: KeyScope | None = None,
+        transact: bool = False,
+        cache: bool = False,
+    ) -> Handler:
+        async def handle(request: Request) -> Response:
+            try:
+                principal, state = await self._auth(request)
+                if scope is not None:
+                    principal.require(scope)
+                if transact:
+                    principal.require_approved()
+                reply = await work(request, principal)
+            except PaymentError as error:
+                return error_response(request, error)
+            headers = self._rate_headers(state)
+            if cache:
+                headers["Cache-Control"] = CACHE_HOUR
+            return json_response(reply.body, reply.status, headers)
+
+        return handle
+
+    # --- collect ---------------------------------------------------------------------------------
+
+    async def charge(self, request: Request, who: Principal) -> Reply:
+        key = check_key(request.headers.get("idempotency-key"))
+        body = await json_body(request)
+        return await run_in_threadpool(
+            lambda: self.core.collect.charge(who.merchant.id, body, idempotency_key=key)
+        )
+
+    def checkout_handler(self, *, legacy: bool) -> Callable[[Request, Principal], Awaitable[Reply]]:
+        async def checkout(request: Request, who: Principal) -> Reply:
+            key = check_key(request.headers.get("idempotency-key"))
+            body = await json_body(request)
+            return await run_in_threadpool(
+                lambda: self.core.collect.checkout(who.merchant.id, body, idempotency_key=key, legacy=legacy)
+            )
+
+        return checkout
+
+    async def get_collection(self, request: Request, who: Principal) -> Reply:
+        reference = request.path_params["reference"]
+        body = await run_in_threadpool(self.core.collect.get, who.merchant.id, reference)
+        return Reply(200, body)
+
+    # --- disburse --------------------------------------------------------------------------------
+
+    async def disburse(self, request: Request, who: Principal) -> Reply:
+        key = check_key(request.headers.get("idempotency-key"))
+        body = await json_body(request)
+        return await run_in_threadpool(
+            lambda: self.core.disburse.create(who.merchant.id, body, idempotency_key=key)
+        )
+
+    async def get_payout(self, request: Request, who: Principal) -> Reply:
+        reference = request.path_params["reference"]
+        body = await run_in_threadpool(self.core.disburse.get, who.merchant.id, reference)
+        return Reply(200, body)
+
+    async def disburse_limits(self, request: Request, who: Principal) -> Reply:
+        currency = request.path_params["currency"]
+        body = await run_in_threadpool(self.core.disburse.limits, who.merchant.id, currency)
+        return Reply(200, body)
+
+    async def balances(self, request: Request, who: Principal) -> Reply:
+        balances = await run_in_threadpool(self.core.operator.balances, who.merchant.id)
+        return Reply(200, {"balances": balances})
+
+    # --- discovery -------------------------------------------------------------------------------
+
+    async def countries(self, request: Request, who: Principal) -> Reply:
+        cat = self.core.catalogue
+        rows = []
+        for country in cat.countries.values():
+            if not cat.providers_in(country.code):
+                continue
+            row: dict[str, Any] = {
+                "country": country.code,
+                "name": country.name,
+                "currency": country.currency,
+                "dialCode": country.dial_code,
+            }
+            if country.phone_digits is not None:
+                row["phoneDigits"] = country.phone_digits
+            if country.phone_example is not None:
+                row["phoneExample"] = country.phone_example
+            rows.append(row)
+        return Reply(200, rows)  # type: ignore[arg-type]
+
+    async def providers(self, request: Request, who: Principal) -> Reply:
+        rows = [
+            {"provider": p.code, "name": p.name, "method": p.method, "country": p.country}
+            for p in self.core.catalogue.providers.values()
+        ]
+        return Reply(200, rows)  # type: ignore[arg-type]
+
+    async def limits(self, request: Request, who: Principal) -> Reply:
+        rows = [
+            {
+                "currency": c.code,
+                "min": c.render(c.min_minor),
+                "max": c.render(c.max_minor),
+                "decimals": c.decimals,
+            }
+            for c in self.core.catalogue.currencies.values()
+        ]
+        return Reply(200, rows)  # type: ignore[arg-type]
+
+    async def account_providers(self, request: Request, who: Principal) -> Reply:
+        rows = [
+            {
+                "provider": p.code,
+                "name": p.name,
+                "method": p.method,
+                "country": p.country,
+                "providerCode": p.code,
+                "available": True,
+                "reason": None,
+            }
+            for p in self.core.catalogue.providers.values()
+        ]
+        return Reply(200, rows)  # type: ignore[arg-type]
+
+    async def channels(self, request: Request, who: Principal) -> Reply:
+        blocked = who.merchant.blocked_providers
+        rows = [
+            {
+                "providerCode": p.code,
+                "method": p.channel_method,
+                "country": p.country,
+                "available": p.code not in blocked,
+                "reason": "restricted" if p.code in blocked else None,
+            }
+            for p in self.core.catalogue.providers.values()
+            if p.country is not None
+        ]
+        return Reply(200, rows)  # type: ignore[arg-type]
+
+    # --- webhooks --------------------------------------------------------------------------------
+
+    def register_handler(self, *, legacy: bool) -> Callable[[Request, Principal], Awaitable[Reply]]:
+        async def register(request: Request, who: Principal) -> Reply:
+            key = check_key(request.headers.get("idempotency-key"))
+            body = await json_body(request)
+            return await run_in_threadpool(
+                lambda: self.core.webhooks.register(who.merchant.id, body, legacy=legacy, idempotency_key=key)
+            )
+
+        return register
+
+    async def get_webhook(self, request: Request, who: Principal) -> Reply:
+        body = await run_in_threadpool(self.core.webhooks.get, who.merchant.id)
+        return Reply(200, body)
+
+    # --- table -----------------------------------------------------------------------------------
+
+    def routes(self) -> list[Route]:
+        collect, disburse = KeyScope.COLLECT, KeyScope.DISBURSE
+        e = self.endpoint
+        checkout = self.checkout_handler(legacy=False)
+        legacy_checkout = self.checkout_handler(legacy=True)
+        register = self.register_handler(legacy=False)
+        return [
+            Route("/v1/collect/charge", e(self.charge, scope=collect, transact=True), methods=["POST"]),
+            Route("/v1/collect/checkout", e(checkout, scope=collect, transact=True), methods=["POST"]),
+            Route("/v1/payments", e(legacy_checkout, scope=collect, transact=True), methods=["POST"]),
+            Route("/v1/collect/{reference}", e(self.get_collection, scope=collect), methods=["GET"]),
+            Route("/v1/payments/{reference}", e(self.get_collection, scope=collect), methods=["GET"]),
+            Route("/v1/disburse", e(self.disburse, scope=disburse, transact=True), methods=["POST"]),
+            Route("/v1/payouts", e(self.disburse, scope=disburse, transact=True), methods=["POST"]),
+            Route("/v1/disburse/{reference}", e(self.get_payout, scope=disburse), methods=["GET"]),
+            Route("/v1/payouts/{reference}", e(self.get_payout, scope=disburse), methods=["GET"]),
+            Route(
+                "/v1/account/disburse-limits/{currency}", e(self.disburse_limits, scope=disburse), methods=["GET"]
+            ),
+            Route("/v1/payout-limits/{currency}", e(self.disburse_limits, scope=disburse), methods=["GET"]),
+            Route("/v1/account/balances", e(self.balances), methods=["GET"]),
+            Route("/v1/countries", e(self.countries, cache=True), methods=["GET"]),
+            Route("/v1/providers", e(self.providers, cache=True), methods=["GET"]),
+            Route("/v1/limits", e(self.limits, cache=True), methods=["GET"]),
+            Route("/v1/account/providers", e(self.account_providers), methods=["GET"]),
+            Route("/v1/channels", e(self.channels), methods=["GET"]),
+            Route("/v1/webhook", e(register), methods=["PUT", "POST"]),
+            Route("/v1/webhooks", e(self.register_handler(legacy=True)), methods=["POST"]),
+            Route("/v1/webhook", e(self.get_webhook), methods=["GET"]),
+            Route("/healthz", self.healthz, methods=["GET"]),
+        ]
+
+    async def healthz(self, request: Request) -> Response:
+        return json_response({"status": "ok"})
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    error: PaymentError
+    if exc.status_code == 404:
+        error = NotFoundError("No such path.")
+    elif exc.status_code == 405:
+        error = MethodNotAllowedError(f"{request.method} is not allowed on this path.")
+    else:
+        error = InvalidRequestError(str(exc.detail))
+    response = error_response(request, error)
+    if exc.status_code == 405 and exc.headers and "Allow" in exc.headers:
+        response.headers["Allow"] = exc.headers["Allow"]
+    return response
+
+
+async def _payment_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, PaymentError)
+    return error_response(request, exc)
+
+
+def create_app(core: PaymentCore, *, run_worker: bool = False, close_core: bool = False) -> Starlette:
+    """The ASGI app for ``core``. With ``run_worker`` the background work runs in this process."""
+    from paymentcore_server.page import page_routes
+
+    api = Api(core)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if run_worker:
+            core.start_worker()
+        try:
+            yield
+        finally:
+            if run_worker:
+                core.stop_worker()
+            if close_core:
+                core.close()
+
+    app = Starlette(
+        routes=[*api.routes(), *page_routes(core)],
+        exception_handlers={HTTPException: _http_error, PaymentError: _payment_error},
+        lifespan=lifespan,
+    )
+    app.add_middleware(RequestIdMiddleware)
+    return app

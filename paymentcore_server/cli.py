@@ -1,0 +1,374 @@
+"""The ``paymentcore`` command: the server, the worker and the operator actions (CONTRACT §1-2).
+
+A thin layer over the library: every action is one call on ``PaymentCore.operator``,
+``PaymentCore.disburse`` or ``PaymentCore.webhooks``. With ``--json`` each command prints one JSON
+object; a refused command prints a one-line reason on stderr, changes nothing and exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from paymentcore import render, wire
+from paymentcore.bootstrap import PaymentCore
+from paymentcore.catalogue import Catalogue
+from paymentcore.config import Config
+from paymentcore.errors import PaymentError
+from paymentcore.models import ApiKey, Merchant, Settings
+from paymentcore.operator import UNSET
+
+DEFAULT_DB = "./paymentcore.db"
+DEMO_NAME = "Demo Shop"
+log = logging.getLogger("paymentcore.cli")
+
+
+class CliError(Exception):
+    """A refusal of the command line itself (bad flag value, unknown thing)."""
+
+
+# --- records as JSON -----------------------------------------------------------------------------
+
+
+def merchant_json(m: Merchant) -> dict[str, Any]:
+    return {
+        "merchantId": m.id,
+        "name": m.name,
+        "settlementCurrency": m.settlement_currency,
+        "status": m.status.value,
+        "approved": m.approved,
+        "payoutsEnabled": m.payouts_enabled,
+        "collectFeePercent": Decimal(m.collect_fee_ppm) / Decimal(10_000),
+        "blockedProviders": sorted(m.blocked_providers),
+        "createdAt": render.iso(m.created_at),
+    }
+
+
+def key_json(k: ApiKey) -> dict[str, Any]:
+    return {
+        "keyId": k.id,
+        "merchantId": k.merchant_id,
+        "scopes": sorted(s.value for s in k.scopes),
+        "perMinute": k.per_minute,
+        "perHour": k.per_hour,
+        "revoked": k.revoked,
+        "createdAt": render.iso(k.created_at),
+    }
+
+
+def settings_json(s: Settings) -> dict[str, Any]:
+    return {
+        "apiEnabled": s.api_enabled,
+        "payoutsEnabled": s.payouts_enabled,
+        "closedCurrencies": sorted(s.closed_currencies),
+    }
+
+
+# --- the parser ----------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--db", default=argparse.SUPPRESS, help=f"SQLite database (default {DEFAULT_DB})")
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print one JSON object")
+    common.add_argument("--catalogue", default=argparse.SUPPRESS, help="an operator's catalogue JSON file")
+
+    parser = argparse.ArgumentParser(prog="paymentcore", description="paymentcore server, worker and operator CLI")
+    parser.add_argument("--db", default=DEFAULT_DB)
+    parser.add_argument("--json", action="store_true", default=False)
+    parser.add_argument("--catalogue", default=None)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", parents=[common], help="run the HTTP server (and the worker)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--public-url", default=None)
+    serve.add_argument("--network", default="sandbox", choices=["sandbox"])
+    serve.add_argument("--sandbox-delay", type=float, default=2.0)
+    serve.add_argument("--webhook-retry-delays", default=None)
+    serve.add_argument("--allow-private-webhooks", action="store_true")
+    serve.add_argument("--demo", action="store_true")
+    serve.add_argument("--no-worker", action="store_true", help="leave background work to `paymentcore worker`")
+    serve.add_argument("--synchronous", default="FULL", choices=["FULL", "NORMAL"])
+    serve.add_argument("--workers", type=int, default=1, help=argparse.SUPPRESS)
+
+    worker = sub.add_parser("worker", parents=[common], help="run the background work alone")
+    worker.add_argument("--sandbox-delay", type=float, default=2.0)
+    worker.add_argument("--webhook-retry-delays", default=None)
+    worker.add_argument("--allow-private-webhooks", action="store_true")
+    worker.add_argument("--public-url", default=None)
+
+    merchant = sub.add_parser("merchant", help="merchants").add_subparsers(dest="action", required=True)
+    m_create = merchant.add_parser("create", parents=[common])
+    m_create.add_argument("name")
+    m_create.add_argument("--settlement-currency", default="XAF")
+    m_create.add_argument("--not-approved", action="store_true")
+    for action in ("approve", "suspend"):
+        merchant.add_parser(action, parents=[common]).add_argument("merchant")
+    m_payouts = merchant.add_parser("payouts", parents=[common])
+    m_payouts.add_argument("switch", choices=["enable", "disable"])
+    m_payouts.add_argument("merchant")
+    m_fee = merchant.add_parser("fee", parents=[common])
+    m_fee.add_argument("merchant")
+    m_fee.add_argument("--collect-percent", required=True)
+
+    key = sub.add_parser("key", help="API keys").add_subparsers(dest="action", required=True)
+    k_create = key.add_parser("create", parents=[common])
+    k_create.add_argument("merchant")
+    k_create.add_argument("--scope", action="append", required=True, choices=["collect", "disburse"])
+    k_create.add_argument("--per-minute", type=int, default=None)
+    k_create.add_argument("--per-hour", type=int, default=None)
+    key.add_parser("revoke", parents=[common]).add_argument("key_id")
+    k_rate = key.add_parser("rate-limit", parents=[common])
+    k_rate.add_argument("key_id")
+    k_rate.add_argument("--per-minute", type=int, default=None)
+    k_rate.add_argument("--per-hour", type=int, default=None)
+
+    limits = sub.add_parser("limits", help="payout limits").add_subparsers(dest="action", required=True)
+    l_set = limits.add_parser("set", parents=[common])
+    l_set.add_argument("merchant")
+    l_set.add_argument("currency")
+    for flag in ("--per-transaction", "--per-day", "--per-week", "--review-threshold"):
+        l_set.add_argument(flag, default=None)
+
+    payout = sub.add_parser("payout", help="payout review and resolution").add_subparsers(
+        dest="action", required=True
+    )
+    for action in ("release", "reject", "resolve"):
+        payout.add_parser(action, parents=[common]).add_argument("reference")
+
+    webhook = sub.add_parser("webhook", help="webhooks").add_subparsers(dest="action", required=True)
+    webhook.add_parser("reactivate", parents=[common]).add_argument("merchant")
+
+    platform = sub.add_parser("platform", help="platform switches").add_subparsers(dest="action", required=True)
+    for what in ("payouts", "api"):
+        p = platform.add_parser(what, parents=[common])
+        p.add_argument("switch", choices=["enable", "disable"])
+
+    currency = sub.add_parser("currency", help="currency switches").add_subparsers(dest="action", required=True)
+    c_payouts = currency.add_parser("payouts", parents=[common])
+    c_payouts.add_argument("switch", choices=["open", "close"])
+    c_payouts.add_argument("currency")
+
+    provider = sub.add_parser("provider", help="per-merchant provider blocks").add_subparsers(
+        dest="action", required=True
+    )
+    for action in ("block", "unblock"):
+        p = provider.add_parser(action, parents=[common])
+        p.add_argument("merchant")
+        p.add_argument("provider")
+
+    balance = sub.add_parser("balance", parents=[common], help="balances of a merchant")
+    balance.add_argument("merchant")
+    return parser
+
+
+# --- running -------------------------------------------------------------------------------------
+
+
+def _retry_delays(text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    if text.strip().lower() == "none":
+        return ()
+    try:
+        delays = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise CliError("--webhook-retry-delays takes seconds separated by commas, or 'none'") from None
+    if any(d < 0 for d in delays):
+        raise CliError("--webhook-retry-delays takes non-negative seconds")
+    return delays
+
+
+def open_core(args: argparse.Namespace, **config_changes: Any) -> PaymentCore:
+    catalogue = Catalogue.from_file(args.catalogue) if args.catalogue else None
+    config = Config(**config_changes)
+    kwargs: dict[str, Any] = {"config": config, "catalogue": catalogue}
+    if args.command not in ("serve", "worker"):
+        kwargs["sender"] = None
+    return PaymentCore.sqlite(Path(args.db), synchronous=getattr(args, "synchronous", "FULL"), **kwargs)
+
+
+def _server_config(args: argparse.Namespace) -> dict[str, Any]:
+    changes: dict[str, Any] = {
+        "sandbox_delay": args.sandbox_delay,
+        "allow_private_webhooks": args.allow_private_webhooks,
+    }
+    delays = _retry_delays(args.webhook_retry_delays)
+    if delays is not None:
+        changes["webhook_retry_delays"] = delays
+    public_url = args.public_url
+    if public_url is None and args.command == "serve":
+        public_url = f"http://{args.host}:{args.port}"
+    if public_url:
+        changes["public_url"] = public_url.rstrip("/")
+    return changes
+
+
+def ensure_demo(core: PaymentCore) -> dict[str, str] | None:
+    """Create the demo merchant and its two keys once; returns what to print (None if it existed)."""
+    if any(m.name == DEMO_NAME for m in core.operator.list_merchants()):
+        return None
+    merchant = core.operator.create_merchant(DEMO_NAME, settlement_currency="XAF")
+    collect = core.operator.create_key(merchant.id, ["collect"])
+    disburse = core.operator.create_key(merchant.id, ["disburse"])
+    return {"merchantId": merchant.id, "collectKey": collect.api_key, "disburseKey": disburse.api_key}
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from paymentcore_server.app import create_app
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    core = open_core(args, **_server_config(args))
+    if args.allow_private_webhooks:
+        log.warning("--allow-private-webhooks is on: webhooks may target loopback and private addresses")
+    if args.demo:
+        demo = ensure_demo(core)
+        if demo is None:
+            print(f"Demo merchant '{DEMO_NAME}' already exists; its keys were shown when it was created.")
+        else:
+            print(f"Demo merchant '{DEMO_NAME}' created: {demo['merchantId']}")
+            print(f"  Collect key:  {demo['collectKey']}")
+            print(f"  Disburse key: {demo['disburseKey']}")
+            print("  (keys are shown only now; keep them)")
+        sys.stdout.flush()
+    app = create_app(core, run_worker=not args.no_worker, close_core=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info", access_log=False)
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    core = open_core(args, **_server_config(args))
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    core.start_worker()
+    log.info("worker running on %s", args.db)
+    stop.wait()
+    core.close()
+    return 0
+
+
+def _money_flag(value: str | None) -> object:
+    return UNSET if value is None else value
+
+
+def run_operator(args: argparse.Namespace, core: PaymentCore) -> dict[str, Any]:
+    op = core.operator
+    command, action = args.command, getattr(args, "action", None)
+    if command == "merchant":
+        if action == "create":
+            created = op.create_merchant(
+                args.name, settlement_currency=args.settlement_currency, approved=not args.not_approved
+            )
+            return merchant_json(created)
+        if action == "approve":
+            return merchant_json(op.approve_merchant(args.merchant))
+        if action == "suspend":
+            return merchant_json(op.suspend_merchant(args.merchant))
+        if action == "payouts":
+            return merchant_json(op.set_merchant_payouts(args.merchant, args.switch == "enable"))
+        if action == "fee":
+            return merchant_json(op.set_collect_fee(args.merchant, args.collect_percent))
+    if command == "key":
+        if action == "create":
+            created_key = op.create_key(
+                args.merchant, args.scope, per_minute=args.per_minute, per_hour=args.per_hour
+            )
+            return {
+                "keyId": created_key.key.id,
+                "apiKey": created_key.api_key,
+                "scopes": sorted(s.value for s in created_key.key.scopes),
+                "merchantId": created_key.key.merchant_id,
+            }
+        if action == "revoke":
+            return key_json(op.revoke_key(args.key_id))
+        if action == "rate-limit":
+            return key_json(op.set_rate_limit(args.key_id, per_minute=args.per_minute, per_hour=args.per_hour))
+    if command == "limits":
+        op.set_limits(
+            args.merchant,
+            args.currency,
+            per_transaction=_money_flag(args.per_transaction),
+            per_day=_money_flag(args.per_day),
+            per_week=_money_flag(args.per_week),
+            review_threshold=_money_flag(args.review_threshold),
+        )
+        return core.disburse.limits(args.merchant, args.currency)
+    if command == "payout":
+        handler = {"release": core.disburse.release, "reject": core.disburse.reject, "resolve": core.disburse.resolve}
+        payout = handler[action](args.reference)
+        return render.payout_record(payout, catalogue=core.catalogue)
+    if command == "webhook":
+        return {"merchantId": args.merchant, **core.webhooks.record(core.webhooks.reactivate(args.merchant))}
+    if command == "platform":
+        enabled = args.switch == "enable"
+        if action == "payouts":
+            return settings_json(op.set_platform_payouts(enabled))
+        return settings_json(op.set_platform_api(enabled))
+    if command == "currency":
+        return settings_json(op.set_currency_payouts(args.currency, args.switch == "open"))
+    if command == "provider":
+        merchant = op.block_provider(args.merchant, args.provider, blocked=action == "block")
+        provider = core.catalogue.providers[args.provider]
+        blocked = provider.code in merchant.blocked_providers
+        return {
+            "providerCode": provider.code,
+            "method": provider.channel_method,
+            "country": provider.country,
+            "available": not blocked,
+            "reason": "restricted" if blocked else None,
+        }
+    if command == "balance":
+        return {"merchantId": args.merchant, "balances": op.balances(args.merchant)}
+    raise CliError(f"unknown command {command} {action or ''}".strip())
+
+
+def _print_human(result: dict[str, Any]) -> None:
+    for key, value in result.items():
+        if isinstance(value, list) and value and isinstance(value[0], dict):
+            print(f"{key}:")
+            for item in value:
+                print("  " + "  ".join(f"{k}={v}" for k, v in item.items()))
+        else:
+            print(f"{key}: {value}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "serve":
+            return cmd_serve(args)
+        if args.command == "worker":
+            return cmd_worker(args)
+        core = open_core(args)
+        try:
+            result = run_operator(args, core)
+        finally:
+            core.close()
+    except PaymentError as error:
+        print(f"error: {error.code}: {error.message}", file=sys.stderr)
+        return 1
+    except (CliError, ValueError, OSError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(wire.dumps(result))
+    else:
+        _print_human(result)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
