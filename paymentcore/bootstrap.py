@@ -71,7 +71,9 @@ class PaymentCore:
             resolver=resolver or system_resolver,
             sender=sender,
         )
-        idem = Idempotency(retention_ms=config.idempotency_retention_hours * 3_600_000, box=self.deps.secret_box)
+        idem = Idempotency(
+            retention_ms=config.idempotency_retention_hours * 3_600_000, box=self.deps.secret_box
+        )
         self.access = Access(self.deps)
         self.operator = Operator(self.deps)
         self.collect = Collect(self.deps, idem)

@@ -75,9 +75,7 @@ class Collect:
 
     # --- requests --------------------------------------------------------------------------------
 
-    def charge(
-        self, merchant_id: str, body: object, *, idempotency_key: str | None = None
-    ) -> Reply:
+    def charge(self, merchant_id: str, body: object, *, idempotency_key: str | None = None) -> Reply:
         """POST /v1/collect/charge: validate, record the charge with its prompt due; 202."""
         deps = self._deps
         cat = deps.catalogue
@@ -87,7 +85,9 @@ class Collect:
         country = cat.country(required(data, "country"))
         cat.check_currency_for_country(currency, country)
         provider = cat.provider(required(data, "provider"))
-        phone, provider = cat.resolve_mobile(country=country, phone=required(data, "phone"), provider=provider)
+        phone, provider = cat.resolve_mobile(
+            country=country, phone=required(data, "phone"), provider=provider
+        )
         merchant_reference = optional_string(data, "merchantReference", max_length=120, alias="reference")
         description = optional_string(data, "description", max_length=200)
         print_ = fingerprint("collect.charge", data)
@@ -288,9 +288,7 @@ class Collect:
     @staticmethod
     def _check_provider_allowed(merchant: Merchant, provider: Provider) -> None:
         if provider.code in merchant.blocked_providers:
-            raise ProviderBlockedError(
-                f"This account is restricted from {provider.code}.", param="provider"
-            )
+            raise ProviderBlockedError(f"This account is restricted from {provider.code}.", param="provider")
 
     def _check_prompts(self, tx: Transaction, phone: str, now: int) -> None:
         config = self._deps.config
@@ -335,7 +333,9 @@ class Collect:
                 current = tx.get_collection(reference)
                 if current is None or current.status is not CollectionStatus.PENDING:
                     return
-                check_transition(COLLECTION_TRANSITIONS, current.status, CollectionStatus.PROCESSING, "collection")
+                check_transition(
+                    COLLECTION_TRANSITIONS, current.status, CollectionStatus.PROCESSING, "collection"
+                )
                 tx.update_collection(
                     attrs.evolve(current, status=CollectionStatus.PROCESSING, updated_at=deps.clock.now())
                 )

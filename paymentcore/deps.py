@@ -33,7 +33,9 @@ class Deps:
     resolver: Resolver
     sender: WebhookSender | None = None
 
-    def emit(self, tx: Transaction, merchant_id: str, event_type: str, data: dict[str, Any], now: int) -> Event:
+    def emit(
+        self, tx: Transaction, merchant_id: str, event_type: str, data: dict[str, Any], now: int
+    ) -> Event:
         """Write an outbox event inside the caller's transaction (delivered later by the worker)."""
         event = Event(
             id=self.refs.token("evt"),

@@ -103,7 +103,9 @@ class Disburse:
             if blocked is not None:
                 raise PayoutsNotConfiguredError(_blocked_message(blocked, currency.code), param="currency")
             if provider.code in merchant.blocked_providers:
-                raise ProviderBlockedError(f"This account is restricted from {provider.code}.", param="provider")
+                raise ProviderBlockedError(
+                    f"This account is restricted from {provider.code}.", param="provider"
+                )
             limits = self._effective(tx, merchant.id, currency.code)
             self._check_limits(tx, merchant.id, currency.code, amount, limits, now)
             reference = deps.refs.payout(now)
@@ -156,7 +158,11 @@ class Disburse:
         cur = self._deps.catalogue.currencies[currency]
 
         def refuse(name: str, ceiling: int, spent: int | None) -> PayoutLimitExceededError:
-            details: dict[str, Any] = {"limit": name, "ceiling": to_decimal(ceiling, cur), "currency": currency}
+            details: dict[str, Any] = {
+                "limit": name,
+                "ceiling": to_decimal(ceiling, cur),
+                "currency": currency,
+            }
             if spent is not None:
                 details["spent"] = to_decimal(spent, cur)
                 details["remaining"] = to_decimal(max(0, ceiling - spent), cur)
@@ -228,7 +234,9 @@ class Disburse:
                 "reviewThreshold": show(limits.review_threshold),
                 "spentToday": to_decimal(spent_day, currency),
                 "spentThisWeek": to_decimal(spent_week, currency),
-                "remainingToday": None if limits.per_day is None else show(max(0, limits.per_day - spent_day)),
+                "remainingToday": None
+                if limits.per_day is None
+                else show(max(0, limits.per_day - spent_day)),
                 "remainingThisWeek": (
                     None if limits.per_week is None else show(max(0, limits.per_week - spent_week))
                 ),
@@ -249,7 +257,9 @@ class Disburse:
                 )
             now = deps.clock.now()
             tx.update_payout(
-                attrs.evolve(payout, awaiting_review=False, status_reason=None, next_check_at=now, updated_at=now)
+                attrs.evolve(
+                    payout, awaiting_review=False, status_reason=None, next_check_at=now, updated_at=now
+                )
             )
         self.advance(reference)
         return self.find(reference)
@@ -460,7 +470,11 @@ class Disburse:
 
     def _emit(self, tx: Transaction, payout: Payout, event_type: str, now: int) -> None:
         self._deps.emit(
-            tx, payout.merchant_id, event_type, render.payout_event_data(payout, catalogue=self._deps.catalogue), now
+            tx,
+            payout.merchant_id,
+            event_type,
+            render.payout_event_data(payout, catalogue=self._deps.catalogue),
+            now,
         )
 
     @staticmethod

@@ -62,7 +62,14 @@ def _write(
 
 
 def credit(
-    tx: Transaction, *, entry_id: str, merchant_id: str, currency: str, net: int, fee: int, reference: str,
+    tx: Transaction,
+    *,
+    entry_id: str,
+    merchant_id: str,
+    currency: str,
+    net: int,
+    fee: int,
+    reference: str,
     now: int,
 ) -> Balance:
     if net < 0 or fee < 0 or net + fee <= 0:
@@ -75,15 +82,27 @@ def credit(
     if fee:
         legs.append(LedgerLeg("fees", fee))
     return _write(
-        tx, entry_id=entry_id, balance=balance, kind="credit", reference=reference, legs=tuple(legs),
+        tx,
+        entry_id=entry_id,
+        balance=balance,
+        kind="credit",
+        reference=reference,
+        legs=tuple(legs),
         now=now,
         new_balance=attrs.evolve(balance, available=balance.available + net, credited=balance.credited + net),
     )
 
 
 def reserve(
-    tx: Transaction, *, entry_id: str, merchant_id: str, currency: str, amount: int, reference: str,
-    now: int, decimals: int,
+    tx: Transaction,
+    *,
+    entry_id: str,
+    merchant_id: str,
+    currency: str,
+    amount: int,
+    reference: str,
+    now: int,
+    decimals: int,
 ) -> Balance:
     """Move ``amount`` from available to reserved, or raise INSUFFICIENT_BALANCE."""
     from paymentcore.money import minor_to_decimal
@@ -104,7 +123,13 @@ def reserve(
         LedgerLeg(_account(merchant_id, "reserved"), amount),
     )
     return _write(
-        tx, entry_id=entry_id, balance=balance, kind="reserve", reference=reference, legs=legs, now=now,
+        tx,
+        entry_id=entry_id,
+        balance=balance,
+        kind="reserve",
+        reference=reference,
+        legs=legs,
+        now=now,
         new_balance=attrs.evolve(
             balance, available=balance.available - amount, reserved=balance.reserved + amount
         ),
@@ -112,7 +137,13 @@ def reserve(
 
 
 def post(
-    tx: Transaction, *, entry_id: str, merchant_id: str, currency: str, amount: int, reference: str,
+    tx: Transaction,
+    *,
+    entry_id: str,
+    merchant_id: str,
+    currency: str,
+    amount: int,
+    reference: str,
     now: int,
 ) -> Balance:
     balance = tx.get_balance(merchant_id, currency)
@@ -123,7 +154,13 @@ def post(
         LedgerLeg(_account(merchant_id, "paid_out"), amount),
     )
     return _write(
-        tx, entry_id=entry_id, balance=balance, kind="post", reference=reference, legs=legs, now=now,
+        tx,
+        entry_id=entry_id,
+        balance=balance,
+        kind="post",
+        reference=reference,
+        legs=legs,
+        now=now,
         new_balance=attrs.evolve(
             balance, reserved=balance.reserved - amount, paid_out=balance.paid_out + amount
         ),
@@ -131,7 +168,13 @@ def post(
 
 
 def release(
-    tx: Transaction, *, entry_id: str, merchant_id: str, currency: str, amount: int, reference: str,
+    tx: Transaction,
+    *,
+    entry_id: str,
+    merchant_id: str,
+    currency: str,
+    amount: int,
+    reference: str,
     now: int,
 ) -> Balance:
     balance = tx.get_balance(merchant_id, currency)
@@ -142,7 +185,13 @@ def release(
         LedgerLeg(_account(merchant_id, "available"), amount),
     )
     return _write(
-        tx, entry_id=entry_id, balance=balance, kind="release", reference=reference, legs=legs, now=now,
+        tx,
+        entry_id=entry_id,
+        balance=balance,
+        kind="release",
+        reference=reference,
+        legs=legs,
+        now=now,
         new_balance=attrs.evolve(
             balance, available=balance.available + amount, reserved=balance.reserved - amount
         ),

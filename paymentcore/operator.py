@@ -157,7 +157,9 @@ class Operator:
     def revoke_key(self, key_id: str) -> ApiKey:
         return self._change_key(key_id, revoked=True)
 
-    def set_rate_limit(self, key_id: str, *, per_minute: int | None = None, per_hour: int | None = None) -> ApiKey:
+    def set_rate_limit(
+        self, key_id: str, *, per_minute: int | None = None, per_hour: int | None = None
+    ) -> ApiKey:
         changes: dict[str, int] = {}
         if per_minute is not None:
             changes["per_minute"] = _ceiling(per_minute, "per-minute")
@@ -224,8 +226,10 @@ class Operator:
             changes[name] = _limit_value(value, cur.decimals, name)
         with self._deps.store.transaction() as tx:
             require_merchant(tx, merchant_id)
-            limits = tx.get_limits(merchant_id, cur.code) or PayoutLimits(merchant_id=merchant_id, currency=cur.code)
-            limits = attrs.evolve(limits, **changes)
+            limits = tx.get_limits(merchant_id, cur.code) or PayoutLimits(
+                merchant_id=merchant_id, currency=cur.code
+            )
+            limits = attrs.evolve(limits, **changes)  # type: ignore[arg-type]
             tx.put_limits(limits)
             return limits
 

@@ -59,7 +59,9 @@ def collection_record(
         "description": collection.description,
         "merchantReference": collection.merchant_reference,
         "checkoutUrl": (
-            f"{public_url.rstrip('/')}/checkout/{collection.reference}" if is_payable(collection, now) else None
+            f"{public_url.rstrip('/')}/checkout/{collection.reference}"
+            if is_payable(collection, now)
+            else None
         ),
     }
     if not legacy:

@@ -204,7 +204,11 @@ class Webhooks:
             if result.ok:
                 tx.update_event(
                     attrs.evolve(
-                        event, status=DeliveryStatus.DELIVERED, attempts=attempts, delivered_at=now, last_error=None
+                        event,
+                        status=DeliveryStatus.DELIVERED,
+                        attempts=attempts,
+                        delivered_at=now,
+                        last_error=None,
                     )
                 )
                 if current is not None:
@@ -220,7 +224,9 @@ class Webhooks:
                     attrs.evolve(event, attempts=attempts, next_attempt_at=now + delay_ms, last_error=error)
                 )
                 return
-            tx.update_event(attrs.evolve(event, status=DeliveryStatus.FAILED, attempts=attempts, last_error=error))
+            tx.update_event(
+                attrs.evolve(event, status=DeliveryStatus.FAILED, attempts=attempts, last_error=error)
+            )
             if current is None or current.url != endpoint.url or not current.is_active:
                 return
             failures = current.consecutive_failures + 1

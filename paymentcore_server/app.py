@@ -332,7 +332,9 @@ class Api:
             Route("/v1/disburse/{reference}", e(self.get_payout, scope=disburse), methods=["GET"]),
             Route("/v1/payouts/{reference}", e(self.get_payout, scope=disburse), methods=["GET"]),
             Route(
-                "/v1/account/disburse-limits/{currency}", e(self.disburse_limits, scope=disburse), methods=["GET"]
+                "/v1/account/disburse-limits/{currency}",
+                e(self.disburse_limits, scope=disburse),
+                methods=["GET"],
             ),
             Route("/v1/payout-limits/{currency}", e(self.disburse_limits, scope=disburse), methods=["GET"]),
             Route("/v1/account/balances", e(self.balances), methods=["GET"]),

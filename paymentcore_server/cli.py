@@ -77,10 +77,14 @@ def settings_json(s: Settings) -> dict[str, Any]:
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--db", default=argparse.SUPPRESS, help=f"SQLite database (default {DEFAULT_DB})")
-    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print one JSON object")
+    common.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="print one JSON object"
+    )
     common.add_argument("--catalogue", default=argparse.SUPPRESS, help="an operator's catalogue JSON file")
 
-    parser = argparse.ArgumentParser(prog="paymentcore", description="paymentcore server, worker and operator CLI")
+    parser = argparse.ArgumentParser(
+        prog="paymentcore", description="paymentcore server, worker and operator CLI"
+    )
     parser.add_argument("--db", default=DEFAULT_DB)
     parser.add_argument("--json", action="store_true", default=False)
     parser.add_argument("--catalogue", default=None)
@@ -95,7 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--webhook-retry-delays", default=None)
     serve.add_argument("--allow-private-webhooks", action="store_true")
     serve.add_argument("--demo", action="store_true")
-    serve.add_argument("--no-worker", action="store_true", help="leave background work to `paymentcore worker`")
+    serve.add_argument(
+        "--no-worker", action="store_true", help="leave background work to `paymentcore worker`"
+    )
     serve.add_argument("--synchronous", default="FULL", choices=["FULL", "NORMAL"])
     serve.add_argument("--workers", type=int, default=1, help=argparse.SUPPRESS)
 
@@ -147,12 +153,16 @@ def build_parser() -> argparse.ArgumentParser:
     webhook = sub.add_parser("webhook", help="webhooks").add_subparsers(dest="action", required=True)
     webhook.add_parser("reactivate", parents=[common]).add_argument("merchant")
 
-    platform = sub.add_parser("platform", help="platform switches").add_subparsers(dest="action", required=True)
+    platform = sub.add_parser("platform", help="platform switches").add_subparsers(
+        dest="action", required=True
+    )
     for what in ("payouts", "api"):
         p = platform.add_parser(what, parents=[common])
         p.add_argument("switch", choices=["enable", "disable"])
 
-    currency = sub.add_parser("currency", help="currency switches").add_subparsers(dest="action", required=True)
+    currency = sub.add_parser("currency", help="currency switches").add_subparsers(
+        dest="action", required=True
+    )
     c_payouts = currency.add_parser("payouts", parents=[common])
     c_payouts.add_argument("switch", choices=["open", "close"])
     c_payouts.add_argument("currency")
@@ -294,7 +304,9 @@ def run_operator(args: argparse.Namespace, core: PaymentCore) -> dict[str, Any]:
         if action == "revoke":
             return key_json(op.revoke_key(args.key_id))
         if action == "rate-limit":
-            return key_json(op.set_rate_limit(args.key_id, per_minute=args.per_minute, per_hour=args.per_hour))
+            return key_json(
+                op.set_rate_limit(args.key_id, per_minute=args.per_minute, per_hour=args.per_hour)
+            )
     if command == "limits":
         op.set_limits(
             args.merchant,
@@ -306,8 +318,12 @@ def run_operator(args: argparse.Namespace, core: PaymentCore) -> dict[str, Any]:
         )
         return core.disburse.limits(args.merchant, args.currency)
     if command == "payout":
-        handler = {"release": core.disburse.release, "reject": core.disburse.reject, "resolve": core.disburse.resolve}
-        payout = handler[action](args.reference)
+        handler = {
+            "release": core.disburse.release,
+            "reject": core.disburse.reject,
+            "resolve": core.disburse.resolve,
+        }
+        payout = handler[str(action)](args.reference)
         return render.payout_record(payout, catalogue=core.catalogue)
     if command == "webhook":
         return {"merchantId": args.merchant, **core.webhooks.record(core.webhooks.reactivate(args.merchant))}

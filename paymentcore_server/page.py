@@ -93,18 +93,22 @@ def render_page(view: CheckoutView, core: PaymentCore, error: str | None = None)
     else:
         status = c.status.value
         submitted = " data-submitted" if c.submitted_at is not None else ""
-        if c.status is CollectionStatus.PENDING and c.submitted_at is None:
-            status = "EXPIRED"
-        if c.charged_amount is not None and c.charged_currency is not None and c.charged_currency != c.requested_currency:
+        expired = c.status is CollectionStatus.PENDING and c.submitted_at is None
+        if (
+            c.charged_amount is not None
+            and c.charged_currency is not None
+            and c.charged_currency != c.requested_currency
+        ):
             charged = to_decimal(c.charged_amount, cat.currencies[c.charged_currency])
             parts.append(f"<p class='muted' id='charged'>Charged: {charged} {escape(c.charged_currency)}</p>")
         if view.invoice and c.status is not CollectionStatus.SUCCESS:
             parts.append(f"<p>Lightning invoice:</p><code id='invoice'>{escape(view.invoice)}</code>")
         message = status_message(view)
-        if status == "EXPIRED":
+        if expired:
             message = MESSAGES["EXPIRED"]
         parts.append(
-            f"<div class='status' id='status' role='status' aria-live='polite' data-status='{status}'{submitted}"
+            "<div class='status' id='status' role='status' aria-live='polite'"
+            f" data-status='{status}'{submitted}"
             f" data-src='/checkout/{escape(c.reference)}/status'>"
             f"<strong>Status:</strong> <span id='status-text'>{escape(message)}</span></div>"
         )
@@ -175,7 +179,9 @@ def page_routes(core: PaymentCore) -> list[Route]:
         )
 
     async def script(request: Request) -> Response:
-        return Response(SCRIPT, media_type="text/javascript", headers={"Cache-Control": "public, max-age=300"})
+        return Response(
+            SCRIPT, media_type="text/javascript", headers={"Cache-Control": "public, max-age=300"}
+        )
 
     return [
         Route("/checkout/{reference}", show, methods=["GET"]),

@@ -11,8 +11,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-
-
 from paymentcore.models import (
     ApiKey,
     Balance,
@@ -169,8 +167,7 @@ class MemoryTransaction:
             if p.next_check_at is not None
             and p.next_check_at <= now
             and (
-                (p.status is PayoutStatus.PENDING and not p.awaiting_review)
-                or p.status is PayoutStatus.SENT
+                (p.status is PayoutStatus.PENDING and not p.awaiting_review) or p.status is PayoutStatus.SENT
             )
         ]
         due.sort(key=lambda p: (p.next_check_at, p.reference))
@@ -233,7 +230,9 @@ class MemoryTransaction:
 
     def due_events(self, now: int, limit: int) -> list[Event]:
         due = [
-            e for e in self._values("events") if e.status is DeliveryStatus.PENDING and e.next_attempt_at <= now
+            e
+            for e in self._values("events")
+            if e.status is DeliveryStatus.PENDING and e.next_attempt_at <= now
         ]
         due.sort(key=lambda e: (e.created_at, e.id))
         return due[:limit]

@@ -73,7 +73,9 @@ class SandboxNetwork:
             if _tail(request.phone) == PAYOUT_REFUSED:
                 return PayoutResult(NetworkOutcome.FAILED, reason="The network refused the payout.")
             self.payouts_accepted.add(request.reference)
-        return PayoutResult(NetworkOutcome.SUCCESS, provider_reference=self.provider_reference(request.reference))
+        return PayoutResult(
+            NetworkOutcome.SUCCESS, provider_reference=self.provider_reference(request.reference)
+        )
 
     def payout_status(self, request: PayoutRequest, now: int) -> PayoutResult:
         tail = _tail(request.phone)

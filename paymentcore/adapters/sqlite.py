@@ -260,7 +260,8 @@ class _Codec:
             decoders=decoders,
             insert_sql=f"INSERT INTO {table} ({names}) VALUES ({marks})",
             upsert_sql=(
-                f"INSERT INTO {table} ({names}) VALUES ({marks}) ON CONFLICT ({', '.join(keys)}) DO UPDATE SET "
+                f"INSERT INTO {table} ({names}) VALUES ({marks}) "
+                f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET "
                 + ", ".join(f"{c} = excluded.{c}" for c in others)
             ),
             update_sql=f"UPDATE {table} SET {', '.join(f'{c} = ?' for c in others)} WHERE {where}",
@@ -443,7 +444,9 @@ class SqliteTransaction:
 
     def list_entries(self, merchant_id: str, currency: str) -> list[LedgerEntry]:
         return self._many(
-            _ENTRIES, "WHERE merchant_id = ? AND currency = ? ORDER BY created_at, id", (merchant_id, currency)
+            _ENTRIES,
+            "WHERE merchant_id = ? AND currency = ? ORDER BY created_at, id",
+            (merchant_id, currency),
         )
 
     # --- webhooks and the outbox -----------------------------------------------------------------
