@@ -174,7 +174,7 @@ class Collect:
         with self._deps.store.read() as tx:
             collection = tx.get_collection(reference)
             if collection is None or collection.merchant_id != merchant_id:
-                raise NotFoundError(f"No collection {reference[:80]} on this account.")
+                raise NotFoundError("No such collection on this account.")
             merchant = require_merchant(tx, merchant_id)
         return self._render(collection, merchant, self._deps.clock.now())
 

@@ -190,7 +190,7 @@ class Disburse:
         with self._deps.store.read() as tx:
             payout = tx.get_payout(reference)
         if payout is None or payout.merchant_id != merchant_id:
-            raise NotFoundError(f"No payout {reference[:80]} on this account.")
+            raise NotFoundError("No such payout on this account.")
         return render.payout_record(payout, catalogue=self._deps.catalogue)
 
     def find(self, reference: str) -> Payout:

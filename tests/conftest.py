@@ -10,7 +10,7 @@ import attrs
 import pytest
 from starlette.testclient import TestClient
 
-from paymentcore import Config, FakeClock, PaymentCore
+from paymentcore import Config, FakeClock, PaymentCore, wire
 from paymentcore.adapters.sandbox import SandboxNetwork
 from paymentcore.models import Merchant
 from paymentcore.testing import CapturingSender, public_resolver
@@ -51,7 +51,8 @@ class Client:
         return headers
 
     def post(self, path: str, body: Any, *, key: str | None = None, idem: str | None = None) -> Any:
-        return self.http.post(path, json=body, headers=self.headers(key or self.collect_key, idem))
+        headers = {**self.headers(key or self.collect_key, idem), "Content-Type": "application/json"}
+        return self.http.post(path, content=wire.dumps(body), headers=headers)
 
     def get(self, path: str, *, key: str | None = None) -> Any:
         return self.http.get(path, headers=self.headers(key or self.collect_key))
