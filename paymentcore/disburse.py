@@ -176,11 +176,11 @@ class Disburse:
         if limits.per_transaction is not None and amount > limits.per_transaction:
             raise refuse("perTransaction", limits.per_transaction, None)
         if limits.per_day is not None:
-            spent = tx.spent(merchant_id, currency, now - DAY_MS + 1)
+            spent = tx.spent(merchant_id, currency, now - DAY_MS)
             if spent + amount > limits.per_day:
                 raise refuse("perDay", limits.per_day, spent)
         if limits.per_week is not None:
-            spent = tx.spent(merchant_id, currency, now - WEEK_MS + 1)
+            spent = tx.spent(merchant_id, currency, now - WEEK_MS)
             if spent + amount > limits.per_week:
                 raise refuse("perWeek", limits.per_week, spent)
 
@@ -220,8 +220,8 @@ class Disburse:
             if blocked is not None:
                 return record
             limits = self._effective(tx, merchant.id, currency.code)
-            spent_day = tx.spent(merchant.id, currency.code, now - DAY_MS + 1)
-            spent_week = tx.spent(merchant.id, currency.code, now - WEEK_MS + 1)
+            spent_day = tx.spent(merchant.id, currency.code, now - DAY_MS)
+            spent_week = tx.spent(merchant.id, currency.code, now - WEEK_MS)
 
         def show(value: int | None) -> Any:
             return None if value is None else to_decimal(value, currency)
