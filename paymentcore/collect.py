@@ -292,7 +292,7 @@ class Collect:
 
     def _check_prompts(self, tx: Transaction, phone: str, now: int) -> None:
         config = self._deps.config
-        since = now - config.prompt_window_seconds * 1000
+        since = now - config.prompt_window_seconds * 1000 + 1  # a prompt exactly a window old has aged out
         if tx.count_prompts(phone, since) >= config.prompt_limit:
             raise RecipientBusyError(
                 f"This number received {config.prompt_limit} prompts in the last "

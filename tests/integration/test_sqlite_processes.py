@@ -1,0 +1,206 @@
+"""Several writers on one SQLite file at once, through SqliteStore: OS processes and threads.
+
+Every writer does read-modify-write increments of one Balance inside ``store.transaction()`` and appends
+a ledger entry each time. ``BEGIN IMMEDIATE`` plus the busy timeout must serialise them: no lost
+update, no "database is locked" escaping, and a file that passes ``PRAGMA integrity_check``.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+import traceback
+from multiprocessing.queues import Queue
+from multiprocessing.synchronize import Barrier as ProcessBarrier
+from pathlib import Path
+
+import attrs
+import pytest
+
+from paymentcore.adapters.sqlite import MIGRATIONS, SqliteStore
+from paymentcore.ledger import check_invariant
+from paymentcore.models import Balance, LedgerEntry, LedgerLeg
+
+MERCHANT = "m1"
+CURRENCY = "XAF"
+PER_PROCESS = 200
+THREADS = 8
+PER_THREAD = 50
+JOIN_TIMEOUT = 90.0
+
+# (worker tag, first commit time, last commit time, formatted exception or None)
+Report = tuple[str, float, float, str | None]
+
+pytestmark = pytest.mark.slow
+
+
+def increment(store: SqliteStore, tag: str, i: int) -> None:
+    """One unit of work: read the balance, add 1, write it back, and journal it."""
+    with store.transaction() as tx:
+        balance = tx.get_balance(MERCHANT, CURRENCY)
+        tx.put_balance(attrs.evolve(balance, available=balance.available + 1, credited=balance.credited + 1))
+        tx.append_entry(
+            LedgerEntry(
+                id=f"{tag}-{i:04d}",
+                merchant_id=MERCHANT,
+                currency=CURRENCY,
+                kind="credit",
+                reference=f"{tag}-{i}",
+                legs=(LedgerLeg("network", -1), LedgerLeg(f"merchant:{MERCHANT}:available", 1)),
+                created_at=i,
+            )
+        )
+
+
+def increment_worker(path: str, tag: str, count: int, start: ProcessBarrier, reports: Queue[Report]) -> None:
+    """Runs in a spawned process: ``count`` increments on its own SqliteStore, then one report."""
+    first = last = 0.0
+    try:
+        store = SqliteStore(path)
+        try:
+            start.wait(timeout=60)
+            first = time.monotonic()
+            for i in range(count):
+                increment(store, tag, i)
+            last = time.monotonic()
+        finally:
+            store.close()
+    except BaseException:
+        reports.put((tag, first, last, traceback.format_exc()))
+        raise
+    reports.put((tag, first, last, None))
+
+
+def open_worker(path: str, tag: str, start: ProcessBarrier, reports: Queue[Report]) -> None:
+    """Runs in a spawned process: open (and so migrate) a store on a file that may not exist yet."""
+    try:
+        start.wait(timeout=60)
+        store = SqliteStore(path)
+        try:
+            version = store.schema_version()
+            increment(store, tag, 0)
+        finally:
+            store.close()
+    except BaseException:
+        reports.put((tag, 0.0, 0.0, traceback.format_exc()))
+        raise
+    reports.put((tag, float(version), 0.0, None))
+
+
+def collect(reports: Queue[Report], count: int) -> dict[str, Report]:
+    """Wait for one report per worker (before joining, so no queue feeder can block)."""
+    got: dict[str, Report] = {}
+    for _ in range(count):
+        report = reports.get(timeout=JOIN_TIMEOUT)
+        got[report[0]] = report
+    return got
+
+
+def entries_by_tag(store: SqliteStore) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    with store.read() as tx:
+        for entry in tx.list_entries(MERCHANT, CURRENCY):
+            tag = entry.id.rsplit("-", 1)[0]
+            counts[tag] = counts.get(tag, 0) + 1
+    return counts
+
+
+def test_two_processes_increment_one_balance_without_lost_updates(tmp_path: Path) -> None:
+    path = str(tmp_path / "shared.db")
+    parent = SqliteStore(path)  # migrates and switches to WAL before the workers start
+    ctx = multiprocessing.get_context("spawn")
+    reports: Queue[Report] = ctx.Queue()
+    start = ctx.Barrier(2)
+    workers = [
+        ctx.Process(target=increment_worker, args=(path, tag, PER_PROCESS, start, reports)) for tag in ("p0", "p1")
+    ]
+    try:
+        for worker in workers:
+            worker.start()
+        got = collect(reports, len(workers))
+    finally:
+        for worker in workers:
+            worker.join(timeout=JOIN_TIMEOUT)
+            if worker.is_alive():
+                worker.kill()
+                worker.join()
+    try:
+        assert [w.exitcode for w in workers] == [0, 0]
+        assert {tag: report[3] for tag, report in got.items()} == {"p0": None, "p1": None}
+        # the two processes really ran at the same time
+        (_, start0, end0, _), (_, start1, end1, _) = got["p0"], got["p1"]
+        assert start0 < end1 and start1 < end0
+        with parent.read() as tx:
+            balance = tx.get_balance(MERCHANT, CURRENCY)
+            assert balance == Balance(MERCHANT, CURRENCY, available=2 * PER_PROCESS, credited=2 * PER_PROCESS)
+            assert check_invariant(tx, MERCHANT, CURRENCY) == balance
+        assert entries_by_tag(parent) == {"p0": PER_PROCESS, "p1": PER_PROCESS}
+        assert parent.integrity_check() == "ok"
+    finally:
+        parent.close()
+
+
+def test_processes_opening_a_fresh_file_at_once_migrate_it_once(tmp_path: Path) -> None:
+    path = str(tmp_path / "fresh.db")
+    ctx = multiprocessing.get_context("spawn")
+    reports: Queue[Report] = ctx.Queue()
+    tags = ("o0", "o1", "o2")
+    start = ctx.Barrier(len(tags))
+    workers = [ctx.Process(target=open_worker, args=(path, tag, start, reports)) for tag in tags]
+    try:
+        for worker in workers:
+            worker.start()
+        got = collect(reports, len(workers))
+    finally:
+        for worker in workers:
+            worker.join(timeout=JOIN_TIMEOUT)
+            if worker.is_alive():
+                worker.kill()
+                worker.join()
+    assert [w.exitcode for w in workers] == [0] * len(tags)
+    assert {tag: (report[1], report[3]) for tag, report in got.items()} == {
+        tag: (float(len(MIGRATIONS)), None) for tag in tags
+    }
+    store = SqliteStore(path)
+    try:
+        assert store.schema_version() == len(MIGRATIONS)
+        with store.read() as tx:
+            assert tx.get_balance(MERCHANT, CURRENCY).available == len(tags)
+        assert entries_by_tag(store) == dict.fromkeys(tags, 1)
+        assert store.integrity_check() == "ok"
+    finally:
+        store.close()
+
+
+def test_threads_share_one_store_without_lost_updates(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "threads.db")
+    start = threading.Barrier(THREADS)
+    errors: list[BaseException] = []
+    errors_lock = threading.Lock()
+
+    def run(tag: str) -> None:
+        try:
+            start.wait(timeout=30)
+            for i in range(PER_THREAD):
+                increment(store, tag, i)
+        except BaseException as exc:
+            with errors_lock:
+                errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(f"t{n}",)) for n in range(THREADS)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=JOIN_TIMEOUT)
+        assert not any(thread.is_alive() for thread in threads)
+        assert errors == []
+        with store.read() as tx:
+            balance = tx.get_balance(MERCHANT, CURRENCY)
+            assert balance.available == balance.credited == THREADS * PER_THREAD
+            assert check_invariant(tx, MERCHANT, CURRENCY) == balance
+        assert entries_by_tag(store) == {f"t{n}": PER_THREAD for n in range(THREADS)}
+        assert store.integrity_check() == "ok"
+    finally:
+        store.close()
