@@ -347,10 +347,16 @@ class Api:
             Route("/v1/webhooks", e(self.register_handler(legacy=True)), methods=["POST"]),
             Route("/v1/webhook", e(self.get_webhook), methods=["GET"]),
             Route("/healthz", self.healthz, methods=["GET"]),
+            Route("/openapi.json", self.openapi, methods=["GET"]),
         ]
 
     async def healthz(self, request: Request) -> Response:
         return json_response({"status": "ok"})
+
+    async def openapi(self, request: Request) -> Response:
+        from paymentcore_server.openapi import openapi_document
+
+        return json_response(openapi_document(self.core.config.public_url))
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

@@ -384,8 +384,11 @@ def test_legacy_endpoint_receives_the_legacy_names_with_the_same_bodies(shop: Sh
             assert set(body) == {"event", "data", "eventId"}
             assert body["event"] == item.event  # the legacy name inside the body as well
             assert set(body["data"]) == PAYOUT_DATA_FIELDS
-    statuses = {item.event: item.json()["data"]["status"] for item in shop.receiver.received
-                if item.event.startswith("payout.")}
+    statuses = {
+        item.event: item.json()["data"]["status"]
+        for item in shop.receiver.received
+        if item.event.startswith("payout.")
+    }
     assert statuses == {"payout.sent": "SENT", "payout.paid": "PAID", "payout.failed": "FAILED"}
 
 

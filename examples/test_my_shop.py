@@ -1,0 +1,217 @@
+"""An integrator's own test suite, written with ``paymentcore.testing``.
+
+``paymentcore.testing`` gives you a whole payments core in memory with:
+
+- a fake clock (``kit.clock``) that moves only when you say (``kit.advance(seconds=...)``);
+- a network you drive by hand (``kit.network``): nothing is paid until the test calls
+  ``complete(reference)`` or ``fail(reference, category)``;
+- captured webhook deliveries (``kit.deliveries``), signed exactly as they would go over the wire, so
+  your own webhook handler can verify and process them;
+- ``kit.fund(...)`` to put money in a balance without collecting it first.
+
+The ``payment_kit`` fixture comes from the plugin loaded below. Run this file with::
+
+    python -m pytest -q examples/test_my_shop.py
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from decimal import Decimal
+from typing import TYPE_CHECKING
+
+import attrs
+import pytest
+
+from paymentcore import PaymentCore, PaymentError, WebhookVerificationError, verify_webhook, wire
+
+if TYPE_CHECKING:
+    # Only for annotations. pytest imports the plugin module itself (below) after this file has been
+    # imported; importing it here first makes pytest warn "Module already imported so cannot be
+    # rewritten", which is an error under ``filterwarnings = error``. At run time, import it inside a
+    # test (as the last test does) or put ``pytest_plugins`` in your top-level conftest.py instead.
+    from paymentcore.testing import CapturedDelivery, TestKit
+
+pytest_plugins = ["paymentcore.testing"]
+
+
+# --- the integrator's application code: a tiny shop -----------------------------------------------
+
+
+@attrs.define
+class Order:
+    order_id: str
+    amount: Decimal
+    paid: bool = False
+    payment_reference: str | None = None
+    failure: str | None = None
+
+
+class Shop:
+    """Takes orders, asks paymentcore to charge the customer, and learns the outcome by webhook."""
+
+    def __init__(
+        self, core: PaymentCore, merchant_id: str, webhook_secret: str, *, now: Callable[[], float]
+    ) -> None:
+        self.core = core
+        self.merchant_id = merchant_id
+        self.webhook_secret = webhook_secret
+        self.now = now  # Unix seconds; the tests pass the kit's fake clock
+        self.orders: dict[str, Order] = {}
+        self.by_reference: dict[str, str] = {}  # payment reference -> order id
+        self.seen_events: set[str] = set()
+
+    def place_order(self, order_id: str, amount: Decimal) -> Order:
+        order = Order(order_id, amount)
+        self.orders[order_id] = order
+        return order
+
+    def pay(self, order: Order, *, phone: str, provider: str = "mtn_cm") -> str:
+        """Push a payment prompt for ``order`` to ``phone``; returns the payment reference."""
+        reply = self.core.collect.charge(
+            self.merchant_id,
+            {
+                "amount": order.amount,
+                "currency": "XAF",
+                "country": "CM",
+                "provider": provider,
+                "phone": phone,
+                "merchantReference": order.order_id,
+            },
+            idempotency_key=f"pay-{order.order_id}",
+        )
+        reference: str = reply.body["reference"]
+        order.payment_reference = reference
+        self.by_reference[reference] = order.order_id
+        return reference
+
+    def receive_webhook(self, headers: Mapping[str, str], body: bytes) -> int:
+        """The webhook endpoint: returns the HTTP status the shop answers."""
+        try:
+            verify_webhook(self.webhook_secret, headers, body, now=self.now())
+        except WebhookVerificationError:
+            return 400
+        event = wire.loads(body)
+        if event["eventId"] in self.seen_events:
+            return 204  # a repeated delivery: already handled
+        self.seen_events.add(event["eventId"])
+        order_id = self.by_reference.get(event.get("invoiceReference", ""))
+        if order_id is not None:
+            order = self.orders[order_id]
+            if event["status"] == "SUCCESS":
+                order.paid = True
+            elif event["status"] == "FAILED":
+                order.failure = event["failureReason"]
+        return 204
+
+    def receive_all(self, deliveries: Iterable[CapturedDelivery]) -> list[int]:
+        return [self.receive_webhook(d.headers, d.body) for d in deliveries]
+
+
+# --- fixtures ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def shop(payment_kit: TestKit) -> Shop:
+    """A shop wired to a fresh kit: a merchant, a webhook endpoint and the kit's fake clock."""
+    merchant = payment_kit.merchant("My Shop")
+    secret = payment_kit.webhook(merchant.id)
+    return Shop(payment_kit.core, merchant.id, secret, now=lambda: payment_kit.clock.now() / 1000)
+
+
+# --- tests ---------------------------------------------------------------------------------------
+
+
+def test_order_is_paid_when_the_payment_succeeds(payment_kit: TestKit, shop: Shop) -> None:
+    order = shop.place_order("order-1", Decimal(5000))
+    reference = shop.pay(order, phone="670000000")
+    payment_kit.settle()  # the prompt reaches the (manual) network, which has not answered yet
+    assert not order.paid and payment_kit.deliveries == []
+
+    payment_kit.network.complete(reference)  # the payer approves on the phone
+    payment_kit.advance(seconds=1)  # the core asks the network again one poll interval later
+
+    assert [d.event for d in payment_kit.deliveries] == ["collect.succeeded"]
+    assert shop.receive_all(payment_kit.deliveries) == [204]
+    assert order.paid
+
+
+def test_failed_payment_leaves_the_order_unpaid(payment_kit: TestKit, shop: Shop) -> None:
+    order = shop.place_order("order-2", Decimal(7500))
+    reference = shop.pay(order, phone="690000000", provider="orange_cm")
+    payment_kit.settle()
+    payment_kit.network.fail(reference, "INSUFFICIENT_FUNDS")
+    payment_kit.advance(seconds=1)
+
+    assert [d.event for d in payment_kit.deliveries] == ["collect.failed"]
+    assert shop.receive_all(payment_kit.deliveries) == [204]
+    assert not order.paid
+    assert order.failure is not None
+    record = payment_kit.core.collect.get(shop.merchant_id, reference)
+    assert (record["status"], record["failureCategory"]) == ("FAILED", "INSUFFICIENT_FUNDS")
+
+
+def test_repeated_and_forged_deliveries(payment_kit: TestKit, shop: Shop) -> None:
+    order = shop.place_order("order-3", Decimal(1000))
+    payment_kit.network.complete(shop.pay(order, phone="670000001"))
+    payment_kit.settle()
+    [delivery] = payment_kit.deliveries
+
+    forged = delivery.body.replace(b'"SUCCESS"', b'"FAILED"')
+    assert shop.receive_webhook(delivery.headers, forged) == 400  # signature no longer matches
+    assert shop.receive_webhook(delivery.headers, delivery.body) == 204
+    assert shop.receive_webhook(delivery.headers, delivery.body) == 204  # a retry: handled once
+    assert order.paid and len(shop.seen_events) == 1
+
+    payment_kit.advance(seconds=301)  # a captured delivery replayed later is refused
+    assert shop.receive_webhook(delivery.headers, delivery.body) == 400
+
+
+def test_payout_driven_by_hand(payment_kit: TestKit) -> None:
+    kit = payment_kit
+    merchant = kit.merchant("Marketplace")
+    secret = kit.webhook(merchant.id)
+    kit.fund(merchant.id, "XAF", 10_000)  # as if collections had settled
+
+    reply = kit.core.disburse.create(
+        merchant.id,
+        {"amount": 2500, "currency": "XAF", "phone": "690000000", "recipientName": "A. Seller"},
+        idempotency_key="payout-1",
+    )
+    assert (reply.status, reply.body["status"]) == (201, "PENDING")
+    reference = reply.body["reference"]
+
+    kit.settle()  # dispatched: the manual network accepts it, but has not confirmed delivery
+    assert kit.core.disburse.get(merchant.id, reference)["status"] == "SENT"
+    assert kit.core.operator.balances(merchant.id) == [
+        {"currency": "XAF", "available": Decimal(7500), "reserved": Decimal(2500)}
+    ]
+
+    kit.network.complete(reference)  # the recipient is credited
+    kit.advance(seconds=1)  # the next status check is due a poll interval later
+    assert kit.core.disburse.get(merchant.id, reference)["status"] == "PAID"
+    assert kit.core.operator.balances(merchant.id) == [
+        {"currency": "XAF", "available": Decimal(7500), "reserved": Decimal(0)}
+    ]
+
+    now = kit.clock.now() / 1000
+    assert [d.event for d in kit.deliveries] == ["disburse.sent", "disburse.succeeded"]
+    for delivery in kit.deliveries:
+        delivery.verify(secret, now=now)  # raises WebhookVerificationError if forged
+        assert delivery.json()["data"]["reference"] == reference
+
+
+def test_the_kit_without_the_fixture() -> None:
+    """TestKit.create() takes Config fields, e.g. a lower prompt limit per phone number."""
+    from paymentcore.testing import TestKit  # registered as a plugin by now: no warning
+
+    kit = TestKit.create(prompt_limit=1)
+    try:
+        merchant = kit.merchant()
+        body = {"amount": 500, "currency": "XAF", "country": "CM", "provider": "mtn_cm", "phone": "670000002"}
+        kit.core.collect.charge(merchant.id, body)
+        with pytest.raises(PaymentError) as refused:
+            kit.core.collect.charge(merchant.id, body)
+        assert refused.value.code == "RECIPIENT_BUSY"
+    finally:
+        kit.core.close()
