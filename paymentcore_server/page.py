@@ -1,12 +1,17 @@
 """The hosted checkout page at ``/checkout/{reference}`` (CONTRACT §4).
 
-Server-rendered HTML with a plain form (provider, phone, submit) that works without JavaScript; a
-small script served by us (no CDN, no build step) polls the status and updates ``data-status`` until
-the payment is final. Expired and paid payments show no form.
+Server-rendered HTML with a plain form (provider, phone, submit) that works without JavaScript: it
+POSTs to its own action and is answered 303 back to the page. A small script served by us (no CDN, no
+build step, no third-party asset of any kind) adds what needs script: the amount due for the chosen
+provider, hiding the phone field for Lightning, and polling the status so that ``#status[data-status]``
+follows the payment without a reload until it is final. Without script, a pending page refreshes itself.
+Expired and paid payments show no form.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from html import escape
 from urllib.parse import parse_qs
 
@@ -16,125 +21,308 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from paymentcore import wire
+from paymentcore.adapters.sandbox import SandboxNetwork
 from paymentcore.bootstrap import PaymentCore
-from paymentcore.collect import CheckoutView
+from paymentcore.catalogue import Catalogue, Currency
+from paymentcore.collect import EXPIRED, CheckoutView, PaymentOption
 from paymentcore.errors import NotFoundError, PaymentError
 from paymentcore.models import CollectionStatus
 from paymentcore.money import to_decimal
 from paymentcore_server.app import read_body
 
+LIGHTNING = "lightning"
 MESSAGES = {
-    "SUCCESS": "Payment received. Thank you!",
+    "SUCCESS": "Payment received. Thank you! You can close this page.",
     "PAYER_DECLINED": "The payment was declined on the phone. No money was taken.",
     "INSUFFICIENT_FUNDS": "The wallet does not hold enough money. No money was taken.",
     "TIMEOUT": "The prompt was not answered in time. No money was taken.",
-    "EXPIRED": "This payment link has expired.",
+    EXPIRED: "This payment link has expired. Ask the merchant for a new one.",
 }
+FAILED_MESSAGE = "The payment did not go through. No money was taken."
 PENDING_MESSAGE = "Check your phone and approve the payment prompt."
 LIGHTNING_MESSAGE = "Pay the invoice below with a Lightning wallet."
+TITLES = {
+    "PENDING": "Waiting for your approval",
+    "LIGHTNING": "Waiting for the Lightning payment",
+    "SUCCESS": "Paid",
+    "FAILED": "Payment failed",
+    EXPIRED: "Link expired",
+}
 
 STYLE = """
-*{box-sizing:border-box}body{margin:0;font:16px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;
-background:#f4f5f7;color:#1b1f24}main{max-width:26rem;margin:0 auto;padding:1rem}
-.card{background:#fff;border-radius:.75rem;padding:1.25rem;box-shadow:0 1px 3px rgba(0,0,0,.12)}
-h1{font-size:1.1rem;margin:0 0 .25rem}.amount{font-size:2rem;font-weight:700;margin:.25rem 0}
-.muted{color:#59636e;font-size:.9rem}label{display:block;font-weight:600;margin:.9rem 0 .3rem}
-select,input{width:100%;font:inherit;padding:.65rem;border:1px solid #8c959f;border-radius:.5rem}
-select:focus,input:focus,button:focus{outline:3px solid #0969da;outline-offset:1px}
-button{margin-top:1.1rem;width:100%;font:inherit;font-weight:700;padding:.8rem;border:0;border-radius:.5rem;
-background:#1f6f43;color:#fff;cursor:pointer}.status{margin-top:1rem;padding:.8rem;border-radius:.5rem;
-background:#eef1f4}.status[data-status=SUCCESS]{background:#dafbe1}.status[data-status=FAILED]{background:#ffebe9}
-.error{background:#ffebe9;padding:.6rem;border-radius:.5rem;margin-top:.8rem}
-code{word-break:break-all;display:block;background:#eef1f4;padding:.6rem;border-radius:.5rem;font-size:.8rem}
+*{box-sizing:border-box}[hidden]{display:none!important}
+body{margin:0;font:16px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;
+background:#eef1f4;color:#1b1f24}
+main{max-width:28rem;margin:0 auto;padding:.75rem}
+.card{background:#fff;border-radius:.75rem;padding:1.25rem 1rem;box-shadow:0 1px 3px rgba(0,0,0,.14)}
+.merchant{font-size:.95rem;font-weight:600;color:#424a53;margin:0}
+h1{font-size:2rem;line-height:1.2;margin:.35rem 0 .2rem;font-weight:700;overflow-wrap:anywhere}
+h1 .cur{font-size:1.1rem;font-weight:600;color:#424a53}
+.description{margin:0 0 .5rem;overflow-wrap:anywhere}
+.charged{margin:.25rem 0;color:#424a53}
+.sandbox{display:inline-block;font-size:.75rem;font-weight:700;letter-spacing:.04em;text-transform:uppercase;
+color:#7d4e00;background:#fff1c2;border-radius:1rem;padding:.1rem .6rem;margin-bottom:.6rem}
+label{display:block;font-weight:600;margin:1rem 0 .3rem}
+select,input{width:100%;font:inherit;color:inherit;padding:.7rem .6rem;border:1px solid #6e7781;
+border-radius:.5rem;background:#fff}
+select:focus-visible,input:focus-visible,button:focus-visible{outline:3px solid #0969da;outline-offset:2px}
+.hint{color:#57606a;font-size:.875rem;margin:.35rem 0 0}
+.you-pay{margin:.9rem 0 0;padding:.6rem .75rem;background:#f6f8fa;border-radius:.5rem}
+button{margin-top:1.25rem;width:100%;font:inherit;font-weight:700;padding:.85rem;border:0;
+border-radius:.5rem;background:#1a7f37;color:#fff;cursor:pointer}
+button:hover{background:#116329}button:disabled{background:#6e7781;cursor:progress}
+.error{background:#ffebe9;border-left:4px solid #cf222e;padding:.6rem .75rem;border-radius:.5rem;
+margin:.8rem 0 0}
+.status{margin-top:1rem;padding:.9rem 1rem .9rem 3.4rem;border-radius:.6rem;background:#ddf4ff;
+position:relative;min-height:3.6rem}
+.status::before{content:"";position:absolute;left:1rem;top:1rem;width:1.6rem;height:1.6rem;
+border-radius:50%;border:3px solid #54aeff;border-top-color:transparent;animation:spin 1s linear infinite}
+.status[data-status=SUCCESS]{background:#dafbe1}
+.status[data-status=SUCCESS]::before{content:"\\2713";border:0;background:#1a7f37;color:#fff;
+text-align:center;font-weight:700;line-height:1.6rem;animation:none}
+.status[data-status=FAILED],.status.expired{background:#ffebe9}
+.status[data-status=FAILED]::before,.status.expired::before{content:"!";border:0;background:#cf222e;
+color:#fff;text-align:center;font-weight:700;line-height:1.6rem;animation:none}
+.status-title{font-weight:700;margin:0}.status-text{margin:.15rem 0 0}
+@keyframes spin{to{transform:rotate(360deg)}}
+@media (prefers-reduced-motion:reduce){.status::before{animation:none}}
+dl{margin:1rem 0 0;display:grid;grid-template-columns:auto 1fr;gap:.2rem .75rem;font-size:.9rem}
+dt{color:#57606a}dd{margin:0;overflow-wrap:anywhere}
+.invoice{margin-top:1rem}.invoice p{margin:0 0 .4rem}
+code{display:block;word-break:break-all;background:#f6f8fa;border:1px solid #d0d7de;padding:.6rem;
+border-radius:.5rem;font-size:.8rem;user-select:all}
+footer{text-align:center;color:#57606a;font-size:.8rem;margin:.9rem 0;overflow-wrap:anywhere}
 """
 
 SCRIPT = """
-(function(){var el=document.getElementById('status');if(!el)return;
-function done(s){return s==='SUCCESS'||s==='FAILED';}
-if(done(el.getAttribute('data-status'))&&!el.hasAttribute('data-submitted'))return;
-function poll(){fetch(el.getAttribute('data-src'),{cache:'no-store'}).then(function(r){return r.json();})
-.then(function(d){el.setAttribute('data-status',d.status);
-document.getElementById('status-text').textContent=d.message;
-if(!done(d.status)){setTimeout(poll,1500);}}).catch(function(){setTimeout(poll,3000);});}
-if(!done(el.getAttribute('data-status')))setTimeout(poll,1000);})();
+(function(){
+'use strict';
+var form=document.getElementById('pay-form');
+if(form){
+  var sel=document.getElementById('provider'),field=document.getElementById('phone-field'),
+      phone=document.getElementById('phone'),hint=document.getElementById('phone-hint'),
+      youPay=document.getElementById('you-pay'),youPayAmount=document.getElementById('you-pay-amount'),
+      button=document.getElementById('pay'),plainHint=hint.textContent;
+  var sync=function(){
+    var o=sel.options[sel.selectedIndex],code=o?o.value:'',lightning=code==='lightning';
+    field.hidden=lightning;phone.disabled=lightning;phone.required=code!==''&&!lightning;
+    hint.textContent=(o&&o.getAttribute('data-hint'))||plainHint;
+    if(code){youPayAmount.textContent=o.getAttribute('data-amount');youPay.hidden=false;}
+    else{youPay.hidden=true;}
+  };
+  sel.addEventListener('change',sync);sync();
+  form.addEventListener('submit',function(){button.disabled=true;button.textContent='Sending\\u2026';});
+  window.addEventListener('pageshow',function(){button.disabled=false;button.textContent='Pay now';});
+}
+var el=document.getElementById('status');
+if(!el||!el.hasAttribute('data-live'))return;
+var done=function(s){return s==='SUCCESS'||s==='FAILED';};
+var show=function(d){
+  el.setAttribute('data-status',d.status);
+  document.getElementById('status-title').textContent=d.title;
+  document.getElementById('status-text').textContent=d.message;
+  var invoice=document.getElementById('invoice-box');
+  if(invoice&&done(d.status))invoice.hidden=true;
+};
+if(!window.fetch){setTimeout(function(){location.reload();},5000);return;}
+var poll=function(){
+  fetch(el.getAttribute('data-src'),{cache:'no-store',headers:{Accept:'application/json'}})
+  .then(function(r){if(r.status===404)return null;if(!r.ok)throw new Error(r.status);return r.json();})
+  .then(function(d){if(!d)return;show(d);if(!done(d.status))setTimeout(poll,1500);})
+  .catch(function(){setTimeout(poll,3000);});
+};
+setTimeout(poll,1000);
+})();
 """
+
+STYLE_HASH = base64.b64encode(hashlib.sha256(STYLE.encode()).digest()).decode()
+# Everything the page loads comes from this server; the policy makes the browser enforce it.
+HTML_HEADERS = {
+    "Content-Security-Policy": (
+        f"default-src 'none'; script-src 'self'; style-src 'sha256-{STYLE_HASH}'; connect-src 'self'; "
+        "img-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+    ),
+    "Cache-Control": "no-store",
+    "Referrer-Policy": "no-referrer",
+    "X-Content-Type-Options": "nosniff",
+}
+NOT_FOUND_PAGE = (
+    "<!doctype html><html lang='en'><head><meta charset='utf-8'><title>Not found</title></head>"
+    "<body><p>No such payment.</p></body></html>"
+)
+
+
+def money(minor: int, currency: Currency) -> str:
+    """An amount for people: the currency's own decimals, thousands grouped (``7,544``, ``12.50``)."""
+    return f"{to_decimal(minor, currency):,.{currency.decimals}f}"
+
+
+def is_expired(view: CheckoutView) -> bool:
+    c = view.collection
+    if c.status is CollectionStatus.FAILED:
+        return c.failure_category == EXPIRED
+    return c.status is CollectionStatus.PENDING and c.submitted_at is None and not view.payable
+
+
+def status_key(view: CheckoutView) -> str:
+    """Which title the status shows: PENDING, LIGHTNING, SUCCESS, FAILED or EXPIRED."""
+    c = view.collection
+    if is_expired(view):
+        return EXPIRED
+    if c.status in (CollectionStatus.SUCCESS, CollectionStatus.FAILED):
+        return c.status.value
+    return "LIGHTNING" if c.provider == LIGHTNING else "PENDING"
 
 
 def status_message(view: CheckoutView) -> str:
     collection = view.collection
+    if is_expired(view):
+        return MESSAGES[EXPIRED]
     if collection.status is CollectionStatus.SUCCESS:
         return MESSAGES["SUCCESS"]
     if collection.status is CollectionStatus.FAILED:
-        return MESSAGES.get(collection.failure_category or "", "The payment did not go through.")
-    if collection.provider == "lightning":
+        return MESSAGES.get(collection.failure_category or "", FAILED_MESSAGE)
+    if collection.provider == LIGHTNING:
         return LIGHTNING_MESSAGE
     if collection.submitted_at is not None:
         return PENDING_MESSAGE
     return "Choose how to pay."
 
 
-def render_page(view: CheckoutView, core: PaymentCore, error: str | None = None) -> str:
+def status_json(view: CheckoutView) -> dict[str, str]:
+    return {
+        "status": view.collection.status.value,
+        "title": TITLES[status_key(view)],
+        "message": status_message(view),
+    }
+
+
+def render_page(
+    view: CheckoutView,
+    core: PaymentCore,
+    error: str | None = None,
+    chosen: tuple[str, str] = ("", ""),
+) -> str:
     c = view.collection
     cat = core.catalogue
-    price = to_decimal(c.requested_amount, cat.currencies[c.requested_currency])
-    parts = [
+    merchant = escape(view.merchant.name)
+    final = c.status in (CollectionStatus.SUCCESS, CollectionStatus.FAILED)
+    head = [
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
         "<meta name='viewport' content='width=device-width,initial-scale=1'>",
-        f"<title>Pay {escape(view.merchant.name)}</title><style>{STYLE}</style></head><body><main>",
-        "<div class='card'>",
-        f"<h1>{escape(view.merchant.name)}</h1>",
-        f"<p class='muted' id='description'>{escape(c.description)}</p>",
-        f"<p class='amount' id='amount'>{escape(str(price))} {escape(c.requested_currency)}</p>",
+        f"<title>Pay {merchant}</title><style>{STYLE}</style>",
+    ]
+    if not view.payable and not final:
+        # Without script the page cannot update itself, so it reloads until the payment is final.
+        head.append("<noscript><meta http-equiv='refresh' content='5'></noscript>")
+    body = [
+        "</head><body><main><div class='card'>",
+    ]
+    if isinstance(core.network, SandboxNetwork):
+        body.append("<span class='sandbox'>Sandbox · no real money moves</span>")
+    requested = cat.currencies[c.requested_currency]
+    body += [
+        f"<p class='merchant' id='merchant'>{merchant}</p>",
+        f"<h1 id='amount'>{money(c.requested_amount, requested)} "
+        f"<span class='cur'>{escape(requested.code)}</span></h1>",
+        f"<p class='description' id='description'>{escape(c.description)}</p>",
     ]
     if error:
-        parts.append(f"<p class='error' role='alert' id='error'>{escape(error)}</p>")
+        body.append(f"<p class='error' role='alert' id='error'>{escape(error)}</p>")
     if view.payable:
-        parts.append(_form(view))
+        body.append(_form(view, cat, chosen))
     else:
-        status = c.status.value
-        submitted = " data-submitted" if c.submitted_at is not None else ""
-        expired = c.status is CollectionStatus.PENDING and c.submitted_at is None
-        if (
-            c.charged_amount is not None
-            and c.charged_currency is not None
-            and c.charged_currency != c.requested_currency
-        ):
-            charged = to_decimal(c.charged_amount, cat.currencies[c.charged_currency])
-            parts.append(f"<p class='muted' id='charged'>Charged: {charged} {escape(c.charged_currency)}</p>")
-        if view.invoice and c.status is not CollectionStatus.SUCCESS:
-            parts.append(f"<p>Lightning invoice:</p><code id='invoice'>{escape(view.invoice)}</code>")
-        message = status_message(view)
-        if expired:
-            message = MESSAGES["EXPIRED"]
+        body.append(_status(view, cat))
+    body.append(
+        f"</div><footer>Reference {escape(c.reference)}</footer></main>"
+        "<script src='/checkout-assets/page.js'></script></body></html>"
+    )
+    return "".join(head + body)
+
+
+def _status(view: CheckoutView, cat: Catalogue) -> str:
+    c = view.collection
+    key = status_key(view)
+    live = "" if c.status in (CollectionStatus.SUCCESS, CollectionStatus.FAILED) else " data-live"
+    css = "status expired" if key == EXPIRED else "status"
+    parts = [
+        f"<section class='{css}' id='status' role='status' aria-live='polite'"
+        f" data-status='{c.status.value}'{live}"
+        f" data-src='/checkout/{escape(c.reference)}/status'>"
+        f"<p class='status-title' id='status-title'>{escape(TITLES[key])}</p>"
+        f"<p class='status-text' id='status-text'>{escape(status_message(view))}</p></section>"
+    ]
+    if view.invoice and c.status is not CollectionStatus.SUCCESS and c.status is not CollectionStatus.FAILED:
         parts.append(
-            "<div class='status' id='status' role='status' aria-live='polite'"
-            f" data-status='{status}'{submitted}"
-            f" data-src='/checkout/{escape(c.reference)}/status'>"
-            f"<strong>Status:</strong> <span id='status-text'>{escape(message)}</span></div>"
+            "<div class='invoice' id='invoice-box'><p>Lightning invoice (sandbox: it is paid by itself in a"
+            f" moment):</p><code id='invoice'>{escape(view.invoice)}</code></div>"
         )
-    parts.append("</div></main><script src='/checkout-assets/page.js'></script></body></html>")
+    details: list[tuple[str, str]] = []
+    if c.provider is not None:
+        provider = cat.providers.get(c.provider)
+        name = provider.name if provider is not None else c.provider
+        if provider is not None and provider.country in cat.countries:
+            name += f" ({cat.countries[provider.country].name})"
+        details.append(("Paying with", name))
+    if c.phone:
+        details.append(("Number", c.phone))
+    if c.charged_amount is not None and c.charged_currency is not None:
+        charged = cat.currencies[c.charged_currency]
+        details.append(("Amount charged", f"{money(c.charged_amount, charged)} {charged.code}"))
+    if details:
+        rows = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in details)
+        parts.append(f"<dl id='details'>{rows}</dl>")
     return "".join(parts)
 
 
-def _form(view: CheckoutView) -> str:
+def _option(option: PaymentOption, cat: Catalogue, selected: bool) -> str:
+    provider = option.provider
+    amount = f"{money(option.amount, option.currency)} {option.currency.code}"
+    country = cat.countries.get(provider.country) if provider.country else None
+    if country is not None:
+        example = f" (for example {country.phone_example})" if country.phone_example else ""
+        hint = f"Your {country.name} number without {country.dial_code}{example}."
+    else:
+        hint = "No phone number needed: you will be shown an invoice to pay."
+    mark = " selected" if selected else ""
+    return (
+        f"<option value='{escape(provider.code)}' data-amount='{escape(amount)}'"
+        f" data-hint='{escape(hint)}'{mark}>{escape(provider.name)} — {escape(amount)}</option>"
+    )
+
+
+def _form(view: CheckoutView, cat: Catalogue, chosen: tuple[str, str]) -> str:
     c = view.collection
-    options = []
+    provider_chosen, phone_chosen = chosen
+    if len(view.options) == 1:
+        provider_chosen = view.options[0].provider.code
+    groups: dict[str, list[str]] = {}
     for option in view.options:
-        label = f"{option.provider.name}"
-        if option.provider.country:
-            label += f" ({option.provider.country})"
-        label += f" — {to_decimal(option.amount, option.currency)} {option.currency.code}"
-        options.append(f"<option value='{escape(option.provider.code)}'>{escape(label)}</option>")
+        code = option.provider.country
+        group = cat.countries[code].name if code in cat.countries else "Anywhere"
+        selected = option.provider.code == provider_chosen
+        groups.setdefault(group, []).append(_option(option, cat, selected))
+    placeholder = "" if provider_chosen else " selected"
+    options = [f"<option value='' disabled{placeholder}>Choose your provider</option>"]
+    options += [
+        f"<optgroup label='{escape(group)}'>{''.join(items)}</optgroup>" for group, items in groups.items()
+    ]
     return (
         f"<form method='post' action='/checkout/{escape(c.reference)}' id='pay-form'>"
         "<label for='provider'>Pay with</label>"
         f"<select id='provider' name='provider' required>{''.join(options)}</select>"
-        "<label for='phone'>Mobile money number</label>"
+        "<div id='phone-field'><label for='phone'>Mobile money number</label>"
         "<input id='phone' name='phone' type='tel' inputmode='numeric' autocomplete='tel-national'"
-        " placeholder='Local number, e.g. 670000000'>"
-        "<p class='muted'>Leave the number empty for Bitcoin Lightning.</p>"
+        f" aria-describedby='phone-hint' value='{escape(phone_chosen)}'>"
+        "<p class='hint' id='phone-hint'>The local number, without the country code."
+        " Leave it empty for Bitcoin Lightning.</p></div>"
+        "<p class='you-pay' id='you-pay' hidden>You pay <strong id='you-pay-amount'></strong></p>"
         "<button type='submit' id='pay'>Pay now</button></form>"
     )
+
+
+def _html(text: str, status: int = 200) -> HTMLResponse:
+    return HTMLResponse(text, status, headers=HTML_HEADERS)
 
 
 def page_routes(core: PaymentCore) -> list[Route]:
@@ -143,27 +331,28 @@ def page_routes(core: PaymentCore) -> list[Route]:
         try:
             view = await run_in_threadpool(core.collect.view, reference)
         except NotFoundError:
-            return HTMLResponse("<!doctype html><title>Not found</title><p>No such payment.</p>", 404)
-        return HTMLResponse(render_page(view, core))
+            return _html(NOT_FOUND_PAGE, 404)
+        return _html(render_page(view, core))
 
     async def submit(request: Request) -> Response:
         reference = request.path_params["reference"]
+        provider = phone = ""
         try:
             raw = await read_body(request)
             form = parse_qs(raw.decode("utf-8", "replace"))
             provider = (form.get("provider") or [""])[0]
             phone = (form.get("phone") or [""])[0]
             await run_in_threadpool(
-                core.collect.pay, reference, provider, phone if provider != "lightning" else None
+                core.collect.pay, reference, provider, phone if provider != LIGHTNING else None
             )
         except NotFoundError:
-            return HTMLResponse("<!doctype html><title>Not found</title><p>No such payment.</p>", 404)
+            return _html(NOT_FOUND_PAGE, 404)
         except PaymentError as error:
             try:
                 view = await run_in_threadpool(core.collect.view, reference)
             except NotFoundError:
-                return HTMLResponse("<!doctype html><title>Not found</title><p>No such payment.</p>", 404)
-            return HTMLResponse(render_page(view, core, error=error.message), 400)
+                return _html(NOT_FOUND_PAGE, 404)
+            return _html(render_page(view, core, error=error.message, chosen=(provider, phone)), 400)
         return RedirectResponse(f"/checkout/{reference}", status_code=303)
 
     async def status(request: Request) -> Response:
@@ -173,7 +362,7 @@ def page_routes(core: PaymentCore) -> list[Route]:
         except NotFoundError:
             return Response(wire.dumps({"status": "NOT_FOUND"}), 404, media_type="application/json")
         return Response(
-            wire.dumps({"status": view.collection.status.value, "message": status_message(view)}),
+            wire.dumps(status_json(view)),
             media_type="application/json",
             headers={"Cache-Control": "no-store"},
         )

@@ -499,7 +499,15 @@ class SqliteTransaction:
 class SqliteStore:
     """The storage port on a SQLite file. ``synchronous`` is FULL (the default) or NORMAL."""
 
-    def __init__(self, path: str | Path, *, synchronous: str = "FULL", busy_timeout_ms: int = 60_000) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        synchronous: str = "FULL",
+        busy_timeout_ms: int = 60_000,
+        group_commit: bool = True,
+        max_batch: int = 64,
+    ) -> None:
         if synchronous not in ("FULL", "NORMAL", "EXTRA"):
             raise ValueError("synchronous must be FULL, NORMAL or EXTRA")
         self.path = str(path)
@@ -509,6 +517,7 @@ class SqliteStore:
         self._all: list[sqlite3.Connection] = []
         self._all_lock = threading.Lock()
         self.migrate()
+        self._group = _GroupCommit(self._connect, max_batch) if group_commit else None
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(
@@ -552,14 +561,25 @@ class SqliteStore:
 
     @contextmanager
     def transaction(self) -> Iterator[SqliteTransaction]:
-        conn = self._conn()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield SqliteTransaction(conn)
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+        """A write transaction, durable when the block exits without an exception.
+
+        With group commit (the default) every write transaction of this process runs on one writer
+        connection inside a SAVEPOINT of a shared SQLite transaction; the last writer of a burst (or
+        the 64th) commits, and every writer returns only after that COMMIT. One fsync then makes a
+        whole burst durable, and a failing block rolls back only its own savepoint.
+        """
+        if self._group is None:
+            conn = self._conn()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield SqliteTransaction(conn)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return
+        with self._group.transaction() as tx:
+            yield tx
 
     @contextmanager
     def read(self) -> Iterator[SqliteTransaction]:
@@ -574,11 +594,107 @@ class SqliteStore:
         return str(self._conn().execute("PRAGMA integrity_check").fetchone()[0])
 
     def close(self) -> None:
+        if self._group is not None:
+            self._group.close()
         with self._all_lock:
             for conn in self._all:
                 conn.close()
             self._all.clear()
         self._local = threading.local()
+
+
+class _Batch:
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+        self.size = 0
+
+
+class _GroupCommit:
+    """Leader/follower group commit on one writer connection (see SqliteStore.transaction)."""
+
+    def __init__(self, connect: Any, max_batch: int) -> None:
+        self._connect = connect
+        self._conn: sqlite3.Connection | None = None
+        self._max_batch = max_batch
+        self._mutex = threading.Lock()  # who may run a transaction body on the writer connection
+        self._count_lock = threading.Lock()
+        self._waiting = 0  # threads queued for the mutex
+        self._batch: _Batch | None = None
+        self._owner: int | None = None
+
+    def _writer(self) -> sqlite3.Connection:
+        if self._conn is None:
+            self._conn = self._connect()
+        return self._conn
+
+    @contextmanager
+    def transaction(self) -> Iterator[SqliteTransaction]:
+        if self._owner == threading.get_ident():
+            raise RuntimeError("write transactions do not nest")
+        with self._count_lock:
+            self._waiting += 1
+        self._mutex.acquire()
+        with self._count_lock:
+            self._waiting -= 1
+        self._owner = threading.get_ident()
+        failure: BaseException | None = None
+        batch: _Batch | None = None
+        try:
+            conn = self._writer()
+            if self._batch is None:
+                conn.execute("BEGIN IMMEDIATE")
+                self._batch = _Batch()
+            batch = self._batch
+            conn.execute("SAVEPOINT unit")
+            try:
+                yield SqliteTransaction(conn)
+            except BaseException as exc:
+                failure = exc
+                conn.execute("ROLLBACK TO unit")
+                conn.execute("RELEASE unit")
+            else:
+                conn.execute("RELEASE unit")
+                batch.size += 1
+            with self._count_lock:
+                alone = self._waiting == 0
+            if alone or batch.size >= self._max_batch:
+                self._commit(conn, batch)
+        except BaseException as exc:  # BEGIN or the commit itself failed
+            if batch is not None and not batch.done.is_set():
+                self._abort(batch, exc)
+            failure = failure or exc
+        finally:
+            self._owner = None
+            self._mutex.release()
+        if failure is not None:
+            raise failure
+        assert batch is not None
+        batch.done.wait()
+        if batch.error is not None:
+            raise batch.error
+
+    def _commit(self, conn: sqlite3.Connection, batch: _Batch) -> None:
+        self._batch = None
+        try:
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            self._abort(batch, exc, rollback=True)
+            raise
+        batch.done.set()
+
+    def _abort(self, batch: _Batch, exc: BaseException, *, rollback: bool = True) -> None:
+        self._batch = None
+        if rollback and self._conn is not None and self._conn.in_transaction:
+            self._conn.execute("ROLLBACK")
+        batch.error = exc
+        batch.done.set()
+
+    def close(self) -> None:
+        with self._mutex:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
 
 
 def _statements(script: str) -> Iterator[str]:

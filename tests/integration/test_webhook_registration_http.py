@@ -61,13 +61,21 @@ class Api:
         return self.core.webhooks.secret_of(self.merchant_id)
 
 
+def resolver(host: str, port: int) -> list[str]:
+    """No DNS in tests: names under internal.example resolve into private ranges, every other name to
+    the public address of ``public_resolver``."""
+    if host.endswith("internal.example"):
+        return ["93.184.216.34", "10.0.0.5"] if host.startswith("mixed.") else ["192.168.0.20"]
+    return public_resolver(host, port)
+
+
 @pytest.fixture
 def api() -> Iterator[Api]:
     clock = FakeClock()
     core = PaymentCore.memory(
         clock=clock,
         sender=CapturingSender(),
-        resolver=public_resolver,
+        resolver=resolver,
         config=Config(sandbox_delay=0, webhook_jitter=0.0),
     )
     merchant = core.operator.create_merchant("Hook Shop", settlement_currency="XAF")
@@ -228,6 +236,8 @@ def test_each_merchant_sees_only_its_own_endpoint(api: Api) -> None:
         "http://2130706433/hooks",
         "http://0x7f000001/hooks",
         "http://metadata.google.internal/computeMetadata/v1/",
+        "https://hooks.internal.example/x",
+        "https://mixed.internal.example/x",
         "https://merchant:hunter2pw@shop.example/hooks",
         "javascript:alert(1)",
         "shop.example/hooks",
