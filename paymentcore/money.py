@@ -95,7 +95,10 @@ def parse_amount(value: object, currency: Currency, *, param: str = "amount") ->
     the currency has (AMOUNT_PRECISION), and values outside the currency's bounds (AMOUNT_TOO_SMALL with
     details.minimum, AMOUNT_TOO_LARGE with details.maximum).
     """
-    minor = parse_positive_minor(value, currency.decimals, param=param)
+    try:
+        minor = parse_positive_minor(value, currency.decimals, param=param)
+    except AmountTooLargeError:
+        minor = currency.max_minor + 1  # too large to be money: reported against the maximum below
     if minor < currency.min_minor:
         raise AmountTooSmallError(
             f"The amount is below the {currency.code} minimum of {to_decimal(currency.min_minor, currency)}.",
@@ -126,18 +129,27 @@ def parse_positive_minor(value: object, decimals: int, *, param: str = "amount")
         raise InvalidRequestError("The amount must be greater than zero.", param=param)
     if number.adjusted() >= _MAX_DIGITS:
         raise AmountTooLargeError("The amount is too large to be money.", param=param)
-    exponent = number.normalize().as_tuple().exponent
-    assert isinstance(exponent, int)  # finite numbers have an integer exponent
-    if -exponent > decimals:
+    if _places(number) > decimals:
         raise AmountPrecisionError(
             f"The amount has more than {decimals} decimal place{'s' if decimals != 1 else ''}.",
             param=param,
             details={"decimals": decimals},
         )
-    try:
-        return int(number.scaleb(decimals))
-    except InvalidOperation:  # pragma: no cover - bounded by _MAX_DIGITS above
-        raise AmountTooLargeError("The amount is too large to be money.", param=param) from None
+    # exact integer arithmetic on the digits: the Decimal context never rounds money
+    _, digits, exponent = number.as_tuple()
+    assert isinstance(exponent, int)
+    coefficient = int("".join(map(str, digits)))
+    shift = exponent + decimals
+    scale: int = 10 ** abs(shift)
+    return coefficient * scale if shift >= 0 else coefficient // scale  # the dropped digits are zeros
+
+
+def _places(number: Decimal) -> int:
+    """Decimal places that carry a non-zero digit, exactly (no rounding by the Decimal context)."""
+    _, digits, exponent = number.as_tuple()
+    assert isinstance(exponent, int)  # finite numbers have an integer exponent
+    trailing_zeros = len(digits) - len("".join(map(str, digits)).rstrip("0"))
+    return max(0, -(exponent + trailing_zeros)) if any(digits) else 0
 
 
 def parse_decimal_text(text: str, decimals: int, *, param: str = "amount") -> int:

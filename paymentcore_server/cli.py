@@ -15,7 +15,7 @@ import threading
 from collections.abc import Sequence
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from paymentcore import render, wire
 from paymentcore.bootstrap import PaymentCore
@@ -74,17 +74,22 @@ def settings_json(s: Settings) -> dict[str, Any]:
 # --- the parser ----------------------------------------------------------------------------------
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Usage errors as one line on stderr (CONTRACT §2), exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = OneLineParser(add_help=False)
     common.add_argument("--db", default=argparse.SUPPRESS, help=f"SQLite database (default {DEFAULT_DB})")
     common.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS, help="print one JSON object"
     )
     common.add_argument("--catalogue", default=argparse.SUPPRESS, help="an operator's catalogue JSON file")
 
-    parser = argparse.ArgumentParser(
-        prog="paymentcore", description="paymentcore server, worker and operator CLI"
-    )
+    parser = OneLineParser(prog="paymentcore", description="paymentcore server, worker and operator CLI")
     parser.add_argument("--db", default=DEFAULT_DB)
     parser.add_argument("--json", action="store_true", default=False)
     parser.add_argument("--catalogue", default=None)

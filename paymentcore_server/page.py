@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 from html import escape
 from urllib.parse import parse_qs
 
@@ -55,9 +56,9 @@ body{margin:0;font:16px/1.5 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sa
 background:#eef1f4;color:#1b1f24}
 main{max-width:28rem;margin:0 auto;padding:.75rem}
 .card{background:#fff;border-radius:.75rem;padding:1.25rem 1rem;box-shadow:0 1px 3px rgba(0,0,0,.14)}
-.merchant{font-size:.95rem;font-weight:600;color:#424a53;margin:0}
-h1{font-size:2rem;line-height:1.2;margin:.35rem 0 .2rem;font-weight:700;overflow-wrap:anywhere}
-h1 .cur{font-size:1.1rem;font-weight:600;color:#424a53}
+.merchant{font-size:1rem;font-weight:600;color:#424a53;margin:0;overflow-wrap:anywhere}
+.amount{font-size:2rem;line-height:1.2;margin:.35rem 0 .2rem;font-weight:700;overflow-wrap:anywhere}
+.amount .cur{font-size:1.1rem;font-weight:600;color:#424a53}
 .description{margin:0 0 .5rem;overflow-wrap:anywhere}
 .charged{margin:.25rem 0;color:#424a53}
 .sandbox{display:inline-block;font-size:.75rem;font-weight:700;letter-spacing:.04em;text-transform:uppercase;
@@ -65,6 +66,7 @@ color:#7d4e00;background:#fff1c2;border-radius:1rem;padding:.1rem .6rem;margin-b
 label{display:block;font-weight:600;margin:1rem 0 .3rem}
 select,input{width:100%;font:inherit;color:inherit;padding:.7rem .6rem;border:1px solid #6e7781;
 border-radius:.5rem;background:#fff}
+[aria-invalid=true]{border-color:#cf222e;border-width:2px}
 select:focus-visible,input:focus-visible,button:focus-visible{outline:3px solid #0969da;outline-offset:2px}
 .hint{color:#57606a;font-size:.875rem;margin:.35rem 0 0}
 .you-pay{margin:.9rem 0 0;padding:.6rem .75rem;background:#f6f8fa;border-radius:.5rem}
@@ -146,6 +148,11 @@ HTML_HEADERS = {
     "Referrer-Policy": "no-referrer",
     "X-Content-Type-Options": "nosniff",
 }
+ICON = (
+    "<svg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 32 32'><rect width='32' height='32' rx='7'"
+    " fill='#1a7f37'/><path d='M9 16.5l4.5 4.5L23 11.5' fill='none' stroke='#fff' stroke-width='3.5'"
+    " stroke-linecap='round' stroke-linejoin='round'/></svg>"
+)
 NOT_FOUND_PAGE = (
     "<!doctype html><html lang='en'><head><meta charset='utf-8'><title>Not found</title></head>"
     "<body><p>No such payment.</p></body></html>"
@@ -170,7 +177,7 @@ def status_key(view: CheckoutView) -> str:
     if is_expired(view):
         return EXPIRED
     if c.status in (CollectionStatus.SUCCESS, CollectionStatus.FAILED):
-        return c.status.value
+        return str(c.status.value)
     return "LIGHTNING" if c.provider == LIGHTNING else "PENDING"
 
 
@@ -197,10 +204,17 @@ def status_json(view: CheckoutView) -> dict[str, str]:
     }
 
 
+def readable_error(message: str, cat: Catalogue) -> str:
+    """An API error message for a payer: provider codes (``orange_cm``) become their names."""
+    names = {code: provider.name for code, provider in cat.providers.items()}
+    pattern = re.compile(r"\b(" + "|".join(re.escape(code) for code in names) + r")\b")
+    return pattern.sub(lambda m: names[m.group(1)], message) if names else message
+
+
 def render_page(
     view: CheckoutView,
     core: PaymentCore,
-    error: str | None = None,
+    error: PaymentError | None = None,
     chosen: tuple[str, str] = ("", ""),
 ) -> str:
     c = view.collection
@@ -210,6 +224,7 @@ def render_page(
     head = [
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
         "<meta name='viewport' content='width=device-width,initial-scale=1'>",
+        "<link rel='icon' href='/checkout-assets/icon.svg' type='image/svg+xml'>",
         f"<title>Pay {merchant}</title><style>{STYLE}</style>",
     ]
     if not view.payable and not final:
@@ -222,15 +237,16 @@ def render_page(
         body.append("<span class='sandbox'>Sandbox · no real money moves</span>")
     requested = cat.currencies[c.requested_currency]
     body += [
-        f"<p class='merchant' id='merchant'>{merchant}</p>",
-        f"<h1 id='amount'>{money(c.requested_amount, requested)} "
-        f"<span class='cur'>{escape(requested.code)}</span></h1>",
+        f"<h1 class='merchant' id='merchant'>{merchant}</h1>",
+        f"<p class='amount' id='amount'>{money(c.requested_amount, requested)} "
+        f"<span class='cur'>{escape(requested.code)}</span></p>",
         f"<p class='description' id='description'>{escape(c.description)}</p>",
     ]
-    if error:
-        body.append(f"<p class='error' role='alert' id='error'>{escape(error)}</p>")
+    if error is not None:
+        message = readable_error(error.message, cat)
+        body.append(f"<p class='error' role='alert' id='error'>{escape(message)}</p>")
     if view.payable:
-        body.append(_form(view, cat, chosen))
+        body.append(_form(view, cat, chosen, error.param if error is not None else None))
     else:
         body.append(_status(view, cat))
     body.append(
@@ -261,14 +277,15 @@ def _status(view: CheckoutView, cat: Catalogue) -> str:
     if c.provider is not None:
         provider = cat.providers.get(c.provider)
         name = provider.name if provider is not None else c.provider
-        if provider is not None and provider.country in cat.countries:
-            name += f" ({cat.countries[provider.country].name})"
+        country = cat.countries.get(provider.country) if provider and provider.country else None
+        if country is not None:
+            name += f" ({country.name})"
         details.append(("Paying with", name))
     if c.phone:
         details.append(("Number", c.phone))
     if c.charged_amount is not None and c.charged_currency is not None:
         charged = cat.currencies[c.charged_currency]
-        details.append(("Amount charged", f"{money(c.charged_amount, charged)} {charged.code}"))
+        details.append(("Amount", f"{money(c.charged_amount, charged)} {charged.code}"))
     if details:
         rows = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in details)
         parts.append(f"<dl id='details'>{rows}</dl>")
@@ -280,7 +297,11 @@ def _option(option: PaymentOption, cat: Catalogue, selected: bool) -> str:
     amount = f"{money(option.amount, option.currency)} {option.currency.code}"
     country = cat.countries.get(provider.country) if provider.country else None
     if country is not None:
-        example = f" (for example {country.phone_example})" if country.phone_example else ""
+        digits = country.phone_digits or len(country.phone_example or "")
+        # The shortest prefix is the network's main range: 67 for MTN Cameroon, 69 for Orange.
+        prefix = min(provider.prefixes, key=len, default="")
+        sample = prefix.ljust(digits, "0") if prefix and digits else None
+        example = f" (for example {sample})" if sample else ""
         hint = f"Your {country.name} number without {country.dial_code}{example}."
     else:
         hint = "No phone number needed: you will be shown an invoice to pay."
@@ -291,15 +312,15 @@ def _option(option: PaymentOption, cat: Catalogue, selected: bool) -> str:
     )
 
 
-def _form(view: CheckoutView, cat: Catalogue, chosen: tuple[str, str]) -> str:
+def _form(view: CheckoutView, cat: Catalogue, chosen: tuple[str, str], wrong: str | None) -> str:
     c = view.collection
     provider_chosen, phone_chosen = chosen
     if len(view.options) == 1:
         provider_chosen = view.options[0].provider.code
     groups: dict[str, list[str]] = {}
     for option in view.options:
-        code = option.provider.country
-        group = cat.countries[code].name if code in cat.countries else "Anywhere"
+        country = cat.countries.get(option.provider.country) if option.provider.country else None
+        group = country.name if country is not None else "Anywhere"
         selected = option.provider.code == provider_chosen
         groups.setdefault(group, []).append(_option(option, cat, selected))
     placeholder = "" if provider_chosen else " selected"
@@ -307,13 +328,16 @@ def _form(view: CheckoutView, cat: Catalogue, chosen: tuple[str, str]) -> str:
     options += [
         f"<optgroup label='{escape(group)}'>{''.join(items)}</optgroup>" for group, items in groups.items()
     ]
+    # After a refusal, the field at fault is marked and takes the focus, for keyboard and screen readers.
+    provider_flag = " aria-invalid='true' autofocus" if wrong == "provider" else ""
+    phone_flag = " aria-invalid='true' autofocus" if wrong == "phone" else ""
     return (
         f"<form method='post' action='/checkout/{escape(c.reference)}' id='pay-form'>"
         "<label for='provider'>Pay with</label>"
-        f"<select id='provider' name='provider' required>{''.join(options)}</select>"
+        f"<select id='provider' name='provider' required{provider_flag}>{''.join(options)}</select>"
         "<div id='phone-field'><label for='phone'>Mobile money number</label>"
         "<input id='phone' name='phone' type='tel' inputmode='numeric' autocomplete='tel-national'"
-        f" aria-describedby='phone-hint' value='{escape(phone_chosen)}'>"
+        f" aria-describedby='phone-hint' value='{escape(phone_chosen)}'{phone_flag}>"
         "<p class='hint' id='phone-hint'>The local number, without the country code."
         " Leave it empty for Bitcoin Lightning.</p></div>"
         "<p class='you-pay' id='you-pay' hidden>You pay <strong id='you-pay-amount'></strong></p>"
@@ -352,7 +376,7 @@ def page_routes(core: PaymentCore) -> list[Route]:
                 view = await run_in_threadpool(core.collect.view, reference)
             except NotFoundError:
                 return _html(NOT_FOUND_PAGE, 404)
-            return _html(render_page(view, core, error=error.message, chosen=(provider, phone)), 400)
+            return _html(render_page(view, core, error=error, chosen=(provider, phone)), 400)
         return RedirectResponse(f"/checkout/{reference}", status_code=303)
 
     async def status(request: Request) -> Response:
@@ -372,9 +396,13 @@ def page_routes(core: PaymentCore) -> list[Route]:
             SCRIPT, media_type="text/javascript", headers={"Cache-Control": "public, max-age=300"}
         )
 
+    async def icon(request: Request) -> Response:
+        return Response(ICON, media_type="image/svg+xml", headers={"Cache-Control": "public, max-age=86400"})
+
     return [
         Route("/checkout/{reference}", show, methods=["GET"]),
         Route("/checkout/{reference}", submit, methods=["POST"]),
         Route("/checkout/{reference}/status", status, methods=["GET"]),
         Route("/checkout-assets/page.js", script, methods=["GET"]),
+        Route("/checkout-assets/icon.svg", icon, methods=["GET"]),
     ]

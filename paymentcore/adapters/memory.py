@@ -109,6 +109,9 @@ class MemoryTransaction:
         return None if key_id is None else self.get_key(key_id)
 
     def put_key(self, key: ApiKey) -> None:
+        old = self.get_key(key.id)
+        if old is not None and old.key_hash != key.key_hash:
+            self._put("key_hashes", old.key_hash, _DELETED)
         self._put("keys", key.id, key)
         self._put("key_hashes", key.key_hash, key.id)
 

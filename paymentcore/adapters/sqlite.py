@@ -17,6 +17,7 @@ import types
 import typing
 from collections.abc import Iterator
 from contextlib import contextmanager
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -223,12 +224,17 @@ def _decoder(tp: Any) -> Any:
     if origin is tuple:
         return lambda v: tuple(LedgerLeg(a, n) for a, n in json.loads(v))
     if origin is dict:
-        return wire.loads
+        return _load_data
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         return tp
     if tp is bool:
         return bool
     return lambda v: v
+
+
+def _load_data(text: str) -> Any:
+    """Event data: every number comes back as a Decimal, as it went in."""
+    return json.loads(text, parse_float=Decimal, parse_int=Decimal)
 
 
 @attrs.frozen
