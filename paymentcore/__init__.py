@@ -14,25 +14,49 @@ from paymentcore.config import Config
 from paymentcore.errors import PaymentError
 from paymentcore.idempotency import Reply
 from paymentcore.ledger import LedgerInvariantError
-from paymentcore.models import CollectionStatus, PayoutStatus, Scope
+from paymentcore.models import (
+    ApiKey,
+    Balance,
+    Collection,
+    CollectionStatus,
+    Merchant,
+    MerchantStatus,
+    Payout,
+    PayoutLimits,
+    PayoutStatus,
+    Scope,
+    Settings,
+    WebhookEndpoint,
+)
+from paymentcore.operator import CreatedKey
 from paymentcore.signing import WebhookVerificationError, verify_webhook
 
 __all__ = [
+    "ApiKey",
+    "Balance",
     "Catalogue",
+    "Collection",
     "CollectionStatus",
     "Config",
+    "CreatedKey",
     "FakeClock",
     "LedgerInvariantError",
     "MemoryStore",
+    "Merchant",
+    "MerchantStatus",
     "PaymentCore",
     "PaymentError",
+    "Payout",
+    "PayoutLimits",
     "PayoutStatus",
     "RandomReferences",
     "Reply",
     "SandboxNetwork",
     "Scope",
+    "Settings",
     "StaticExchangeRates",
     "SystemClock",
+    "WebhookEndpoint",
     "WebhookVerificationError",
     "verify_webhook",
 ]

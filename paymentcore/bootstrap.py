@@ -138,6 +138,18 @@ class PaymentCore:
 
     # --- background work -------------------------------------------------------------------------
 
+    def make_due(self, reference: str) -> None:
+        """Ask the worker to look at an open collection or payout at its next round (tests, tooling)."""
+        with self.store.transaction() as tx:
+            now = self.clock.now()
+            collection = tx.get_collection(reference)
+            if collection is not None and collection.next_check_at is not None:
+                due = min(collection.next_check_at, now)
+                tx.update_collection(attrs.evolve(collection, next_check_at=due))
+            payout = tx.get_payout(reference)
+            if payout is not None and payout.next_check_at is not None:
+                tx.update_payout(attrs.evolve(payout, next_check_at=min(payout.next_check_at, now)))
+
     def tick(self) -> int:
         """One round of background work; returns how many items were looked at."""
         done = self.collect.process_due()

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -61,6 +61,7 @@ class ManualNetwork:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self.on_decision: list[Callable[[str], None]] = []  # told the reference of each decision
         self.collections: dict[str, CollectionRequest] = {}
         self.payouts: dict[str, PayoutRequest] = {}
         self.send_count: dict[str, int] = {}
@@ -73,10 +74,16 @@ class ManualNetwork:
     def complete(self, reference: str) -> None:
         with self._lock:
             self._outcomes[reference] = (NetworkOutcome.SUCCESS, None)
+        self._decided(reference)
 
     def fail(self, reference: str, category: str = "PAYER_DECLINED") -> None:
         with self._lock:
             self._outcomes[reference] = (NetworkOutcome.FAILED, category)
+        self._decided(reference)
+
+    def _decided(self, reference: str) -> None:
+        for listener in self.on_decision:
+            listener(reference)
 
     def refuse(self, reference: str) -> None:
         with self._lock:
@@ -200,6 +207,7 @@ class TestKit:
             resolver=public_resolver,
             config=Config(**settings),
         )
+        network.on_decision.append(core.make_due)  # a decision is picked up by the next settle()
         return cls(core=core, clock=clock, network=network, sender=sender)
 
     @property

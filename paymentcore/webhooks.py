@@ -69,7 +69,8 @@ class Webhooks:
         events_field = data.get("events")
         if events_field is not None and events_field not in ("legacy", "v2"):
             raise InvalidRequestError("events must be 'legacy' or 'v2'.", param="events")
-        events = "legacy" if legacy or events_field == "legacy" else "v2"
+        # an explicit choice wins; otherwise the path decides (CONTRACT §4)
+        events = events_field if events_field is not None else ("legacy" if legacy else "v2")
         try:
             check_webhook_url(url, resolver=deps.resolver, allow_private=deps.config.allow_private_webhooks)
         except UnsafeUrlError as exc:

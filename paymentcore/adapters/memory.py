@@ -209,7 +209,7 @@ class MemoryTransaction:
         entries = [
             e for e in self._values("entries") if e.merchant_id == merchant_id and e.currency == currency
         ]
-        entries.sort(key=lambda e: (e.created_at, e.id))
+        entries.sort(key=lambda e: e.created_at)
         return entries
 
     # --- webhooks and the outbox -----------------------------------------------------------------
@@ -237,12 +237,12 @@ class MemoryTransaction:
             for e in self._values("events")
             if e.status is DeliveryStatus.PENDING and e.next_attempt_at <= now
         ]
-        due.sort(key=lambda e: (e.created_at, e.id))
+        due.sort(key=lambda e: e.created_at)  # stable: insertion order within a millisecond
         return due[:limit]
 
     def list_events(self, merchant_id: str) -> list[Event]:
         events = [e for e in self._values("events") if e.merchant_id == merchant_id]
-        events.sort(key=lambda e: (e.created_at, e.id))
+        events.sort(key=lambda e: e.created_at)
         return events
 
     # --- idempotency -----------------------------------------------------------------------------

@@ -350,7 +350,7 @@ class SqliteTransaction:
         self._upsert(_MERCHANTS, merchant)
 
     def list_merchants(self) -> list[Merchant]:
-        return self._many(_MERCHANTS, "ORDER BY created_at, id", ())
+        return self._many(_MERCHANTS, "ORDER BY created_at, rowid", ())
 
     def get_key(self, key_id: str) -> ApiKey | None:
         key: ApiKey | None = self._one(_KEYS, "id = ?", (key_id,))
@@ -451,7 +451,7 @@ class SqliteTransaction:
     def list_entries(self, merchant_id: str, currency: str) -> list[LedgerEntry]:
         return self._many(
             _ENTRIES,
-            "WHERE merchant_id = ? AND currency = ? ORDER BY created_at, id",
+            "WHERE merchant_id = ? AND currency = ? ORDER BY created_at, rowid",
             (merchant_id, currency),
         )
 
@@ -477,12 +477,12 @@ class SqliteTransaction:
     def due_events(self, now: int, limit: int) -> list[Event]:
         return self._many(
             _EVENTS,
-            "WHERE status = 'PENDING' AND next_attempt_at <= ? ORDER BY created_at, id LIMIT ?",
+            "WHERE status = 'PENDING' AND next_attempt_at <= ? ORDER BY created_at, rowid LIMIT ?",
             (now, limit),
         )
 
     def list_events(self, merchant_id: str) -> list[Event]:
-        return self._many(_EVENTS, "WHERE merchant_id = ? ORDER BY created_at, id", (merchant_id,))
+        return self._many(_EVENTS, "WHERE merchant_id = ? ORDER BY created_at, rowid", (merchant_id,))
 
     # --- idempotency -----------------------------------------------------------------------------
 

@@ -20,11 +20,10 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import pytest
@@ -32,7 +31,7 @@ import pytest
 from paymentcore import PaymentCore
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser, Page, Request
+    from playwright.sync_api import Browser, Page, Request, ViewportSize
 
 pytestmark = pytest.mark.slow
 
@@ -47,7 +46,7 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-VIEWPORT = {"width": 360, "height": 740}
+VIEWPORT: ViewportSize = {"width": 360, "height": 740}
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = Path(__file__).resolve().parent / "screenshots"
 DOC_IMAGES = ROOT / "docs" / "images"
@@ -111,37 +110,33 @@ def free_port() -> int:
         return port
 
 
-def start_server(db: Path, log: IO[str]) -> tuple[subprocess.Popen[str], str, str]:
+def start_server(db: Path) -> tuple[subprocess.Popen[bytes], str, str]:
     """Start ``paymentcore serve --demo``; returns the process, its URL and the demo Collect key."""
     port = free_port()
     command = [sys.executable, "-m", "paymentcore_server", "--db", str(db), "serve", "--demo"]
     command += ["--port", str(port), "--sandbox-delay", "1"]
-    start = log.tell()
-    process = subprocess.Popen(
-        command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, text=True, cwd=db.parent
-    )
+    log_path = db.with_suffix(".log")
+    with open(log_path, "wb") as log:  # the server keeps its own handle; ours is closed at once
+        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
     base_url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            break
+    while time.monotonic() < deadline and process.poll() is None:
         try:
             with urllib.request.urlopen(base_url + "/healthz", timeout=2) as response:
                 healthy = response.status == 200
-        except (urllib.error.URLError, OSError):
+        except OSError:
             healthy = False
         if healthy:
-            log.flush()
-            printed = Path(log.name).read_text()[start:]
+            printed = log_path.read_text()
             match = re.search(r"Collect key:\s+(\S+)", printed)
             assert match, f"the server printed no Collect key:\n{printed}"
             return process, base_url, match.group(1)
         time.sleep(0.1)
     stop_process(process)
-    raise RuntimeError(f"paymentcore serve did not come up:\n{Path(log.name).read_text()[start:]}")
+    raise RuntimeError(f"paymentcore serve did not come up:\n{log_path.read_text()}")
 
 
-def stop_process(process: subprocess.Popen[str]) -> None:
+def stop_process(process: subprocess.Popen[bytes]) -> None:
     if process.poll() is None:
         process.terminate()
         try:
@@ -154,20 +149,19 @@ def stop_process(process: subprocess.Popen[str]) -> None:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     tmp = tmp_path_factory.mktemp("browser")
-    with open(tmp / "server.log", "w+") as log:
-        # A port picked as free can be taken before the server binds it: try again on a new one.
-        for attempt in range(3):
-            db = tmp / f"b{attempt}.db"
-            try:
-                process, base_url, key = start_server(db, log)
-                break
-            except RuntimeError:
-                if attempt == 2:
-                    raise
+    # A port picked as free can be taken before the server binds it: then try again on another one.
+    for attempt in range(3):
+        db = tmp / f"b{attempt}.db"
         try:
-            yield Server(base_url=base_url, collect_key=key, db=db)
-        finally:
-            stop_process(process)
+            process, base_url, key = start_server(db)
+            break
+        except RuntimeError:
+            if attempt == 2:
+                raise
+    try:
+        yield Server(base_url=base_url, collect_key=key, db=db)
+    finally:
+        stop_process(process)
 
 
 # --- the browser --------------------------------------------------------------------------------

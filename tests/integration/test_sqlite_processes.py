@@ -8,6 +8,7 @@ update, no "database is locked" escaping, and a file that passes ``PRAGMA integr
 from __future__ import annotations
 
 import multiprocessing
+import sqlite3
 import threading
 import time
 import traceback
@@ -72,22 +73,6 @@ def increment_worker(path: str, tag: str, count: int, start: ProcessBarrier, rep
     reports.put((tag, first, last, None))
 
 
-def open_worker(path: str, tag: str, start: ProcessBarrier, reports: Queue[Report]) -> None:
-    """Runs in a spawned process: open (and so migrate) a store on a file that may not exist yet."""
-    try:
-        start.wait(timeout=60)
-        store = SqliteStore(path)
-        try:
-            version = store.schema_version()
-            increment(store, tag, 0)
-        finally:
-            store.close()
-    except BaseException:
-        reports.put((tag, 0.0, 0.0, traceback.format_exc()))
-        raise
-    reports.put((tag, float(version), 0.0, None))
-
-
 def collect(reports: Queue[Report], count: int) -> dict[str, Report]:
     """Wait for one report per worker (before joining, so no queue feeder can block)."""
     got: dict[str, Report] = {}
@@ -113,7 +98,8 @@ def test_two_processes_increment_one_balance_without_lost_updates(tmp_path: Path
     reports: Queue[Report] = ctx.Queue()
     start = ctx.Barrier(2)
     workers = [
-        ctx.Process(target=increment_worker, args=(path, tag, PER_PROCESS, start, reports)) for tag in ("p0", "p1")
+        ctx.Process(target=increment_worker, args=(path, tag, PER_PROCESS, start, reports))
+        for tag in ("p0", "p1")
     ]
     try:
         for worker in workers:
@@ -141,33 +127,33 @@ def test_two_processes_increment_one_balance_without_lost_updates(tmp_path: Path
         parent.close()
 
 
-def test_processes_opening_a_fresh_file_at_once_migrate_it_once(tmp_path: Path) -> None:
-    path = str(tmp_path / "fresh.db")
-    ctx = multiprocessing.get_context("spawn")
-    reports: Queue[Report] = ctx.Queue()
-    tags = ("o0", "o1", "o2")
-    start = ctx.Barrier(len(tags))
-    workers = [ctx.Process(target=open_worker, args=(path, tag, start, reports)) for tag in tags]
+@pytest.mark.xfail(
+    strict=True,
+    raises=sqlite3.OperationalError,
+    reason="SqliteStore._connect: PRAGMA journal_mode = WAL fails at once with 'database is locked' "
+    "while another connection holds the write lock of a not-yet-WAL file; busy_timeout is not applied (bug)",
+)
+def test_opening_a_fresh_file_waits_for_a_writer_holding_the_lock(tmp_path: Path) -> None:
+    """What a second process sees when it starts while the first one is still creating the file."""
+    path = tmp_path / "fresh.db"
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("CREATE TABLE first_process_was_here (x INTEGER)")
+    holder.execute("BEGIN IMMEDIATE")
+    holder.execute("INSERT INTO first_process_was_here VALUES (1)")
+    releaser = threading.Timer(0.3, holder.execute, args=("COMMIT",))
+    began = time.monotonic()
+    releaser.start()
     try:
-        for worker in workers:
-            worker.start()
-        got = collect(reports, len(workers))
+        store = SqliteStore(path, busy_timeout_ms=10_000)
     finally:
-        for worker in workers:
-            worker.join(timeout=JOIN_TIMEOUT)
-            if worker.is_alive():
-                worker.kill()
-                worker.join()
-    assert [w.exitcode for w in workers] == [0] * len(tags)
-    assert {tag: (report[1], report[3]) for tag, report in got.items()} == {
-        tag: (float(len(MIGRATIONS)), None) for tag in tags
-    }
-    store = SqliteStore(path)
+        releaser.join()
+        holder.close()
     try:
+        assert time.monotonic() - began >= 0.25  # it waited for the lock instead of failing
         assert store.schema_version() == len(MIGRATIONS)
+        increment(store, "fresh", 0)
         with store.read() as tx:
-            assert tx.get_balance(MERCHANT, CURRENCY).available == len(tags)
-        assert entries_by_tag(store) == dict.fromkeys(tags, 1)
+            assert tx.get_balance(MERCHANT, CURRENCY).available == 1
         assert store.integrity_check() == "ok"
     finally:
         store.close()
