@@ -26,13 +26,9 @@ import pytest
 from paymentcore import PaymentCore, PaymentError, WebhookVerificationError, verify_webhook, wire
 
 if TYPE_CHECKING:
-    # Only for annotations. pytest imports the plugin module itself (below) after this file has been
-    # imported; importing it here first makes pytest warn "Module already imported so cannot be
-    # rewritten", which is an error under ``filterwarnings = error``. At run time, import it inside a
-    # test (as the last test does) or put ``pytest_plugins`` in your top-level conftest.py instead.
+    # The ``payment_kit`` fixture comes from the paymentcore pytest plugin, which installing
+    # paymentcore registers: nothing to list in ``pytest_plugins``.
     from paymentcore.testing import CapturedDelivery, TestKit
-
-pytest_plugins = ["paymentcore.testing"]
 
 
 # --- the integrator's application code: a tiny shop -----------------------------------------------

@@ -86,6 +86,7 @@ class RateLimiter:
                 raise RateLimitedError(
                     f"Rate limit of {key.per_minute} requests per minute exceeded for this API key.",
                     retry_after=retry,
+                    limit=key.per_minute,
                 )
             if len(hits) >= key.per_hour:
                 # the oldest hit that must expire to make room
@@ -94,6 +95,7 @@ class RateLimiter:
                 raise RateLimitedError(
                     f"Rate limit of {key.per_hour} requests per hour exceeded for this API key.",
                     retry_after=retry,
+                    limit=key.per_hour,
                 )
             hits.append(now)
             return RateState(

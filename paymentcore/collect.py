@@ -228,8 +228,8 @@ class Collect:
             except KeyError:
                 continue
             charged = apply_rate(collection.requested_amount, source.decimals, rate, target.decimals)
-            if charged <= 0:
-                continue
+            if not target.min_minor <= charged <= target.max_minor:
+                continue  # outside what that wallet can pay in one payment
             options.append(PaymentOption(provider=provider, amount=charged, currency=target))
         return options
 
@@ -324,6 +324,8 @@ class Collect:
             return
         request = _request_of(collection)
         if collection.status is CollectionStatus.PENDING:
+            if not self._claim(reference, now):
+                return  # another worker is sending this prompt
             try:
                 deps.network.request_collection(request)
             except NetworkError:
@@ -358,6 +360,22 @@ class Collect:
             self._fail(reference, CollectionStatus.PROCESSING, TIMEOUT, "The payer did not answer in time.")
         else:
             self._recheck(reference, CollectionStatus.PROCESSING)
+
+    def _claim(self, reference: str, now: int) -> bool:
+        """Take a PENDING collection's prompt for this worker for a lease period."""
+        deps = self._deps
+        with deps.store.transaction() as tx:
+            current = tx.get_collection(reference)
+            if (
+                current is None
+                or current.status is not CollectionStatus.PENDING
+                or current.next_check_at is None
+                or current.next_check_at > now
+            ):
+                return False
+            lease = now + deps.config.dispatch_lease_seconds * 1000
+            tx.update_collection(attrs.evolve(current, next_check_at=lease))
+            return True
 
     def _recheck(self, reference: str, expected: CollectionStatus) -> None:
         deps = self._deps

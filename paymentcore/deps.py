@@ -33,6 +33,14 @@ class Deps:
     resolver: Resolver
     sender: WebhookSender | None = None
 
+    def webhook_sender(self) -> WebhookSender:
+        """The configured sender; the httpx one is made on first use (httpx is not loaded before)."""
+        if self.sender is None:
+            from paymentcore.adapters.httpx_sender import HttpxWebhookSender
+
+            self.sender = HttpxWebhookSender()
+        return self.sender
+
     def emit(
         self, tx: Transaction, merchant_id: str, event_type: str, data: dict[str, Any], now: int
     ) -> Event:

@@ -75,7 +75,10 @@ class Disburse:
         cat = deps.catalogue
         data = require_object(body)
         print_ = fingerprint("disburse", data)
-        with deps.store.read() as tx:
+        with deps.store.transaction() as tx:  # a replay answers the original, whatever changed since
+            replay = self._idem.lookup(tx, merchant_id, idempotency_key, print_, deps.clock.now())
+            if replay is not None:
+                return replay
             settings = tx.get_settings()
         if not settings.payouts_enabled:
             raise CapabilityDisabledError("Payouts are switched off platform-wide.")

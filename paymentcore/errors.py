@@ -237,9 +237,10 @@ class RateLimitedError(PaymentError):
     code = "RATE_LIMITED"
     default_message = "Too many requests."
 
-    def __init__(self, message: str | None = None, *, retry_after: int = 1) -> None:
+    def __init__(self, message: str | None = None, *, retry_after: int = 1, limit: int = 0) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        self.limit = limit
 
 
 class ServerError(PaymentError):

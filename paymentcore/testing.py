@@ -10,7 +10,7 @@ Use it directly::
     kit.settle()
     assert kit.deliveries[-1].event == "collect.succeeded"
 
-or through the pytest plugin (``-p paymentcore.testing`` or ``pytest_plugins = ["paymentcore.testing"]``),
+or through the pytest plugin, which installing paymentcore registers (the ``pytest11`` entry point) and
 which provides the ``payment_kit`` fixture.
 """
 

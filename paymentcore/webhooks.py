@@ -169,7 +169,11 @@ class Webhooks:
             tx.update_event(attrs.evolve(event, next_attempt_at=now + config.dispatch_lease_seconds * 1000))
         name = event_name(event.type, endpoint.events)
         body = wire.dumps(event_body(event, name)).encode()
-        secret = deps.secret_box.decrypt(endpoint.secret_encrypted)
+        try:
+            secret = deps.secret_box.decrypt(endpoint.secret_encrypted)
+        except Exception:  # the server key changed: the endpoint must be registered again
+            self._record(event.id, endpoint, DeliveryResult(status=None, error="signing secret unreadable"))
+            return None
         timestamp = now // 1000
         headers = {
             "Content-Type": "application/json",
@@ -185,10 +189,7 @@ class Webhooks:
         except UnsafeUrlError as exc:
             result = DeliveryResult(status=None, error=f"refused address: {exc.reason}")
         else:
-            if deps.sender is None:
-                result = DeliveryResult(status=None, error="no webhook sender configured")
-            else:
-                result = deps.sender.send(target, headers, body, config.webhook_timeout)
+            result = deps.webhook_sender().send(target, headers, body, config.webhook_timeout)
         self._record(event.id, endpoint, result)
         return result
 

@@ -60,6 +60,9 @@ def error_response(request: Request, error: PaymentError) -> Response:
     headers = {}
     if isinstance(error, RateLimitedError):
         headers["Retry-After"] = str(error.retry_after)
+        headers["X-RateLimit-Limit"] = str(error.limit)
+        headers["X-RateLimit-Remaining"] = "0"
+        headers["X-RateLimit-Reset"] = str(error.retry_after)
     return json_response(body, status_of(error), headers)
 
 

@@ -234,7 +234,13 @@ def ensure_demo(core: PaymentCore) -> dict[str, str] | None:
     merchant = core.operator.create_merchant(DEMO_NAME, settlement_currency="XAF")
     collect = core.operator.create_key(merchant.id, ["collect"])
     disburse = core.operator.create_key(merchant.id, ["disburse"])
-    return {"merchantId": merchant.id, "collectKey": collect.api_key, "disburseKey": disburse.api_key}
+    return {
+        "merchantId": merchant.id,
+        "collectKey": collect.api_key,
+        "collectKeyId": collect.key.id,
+        "disburseKey": disburse.api_key,
+        "disburseKeyId": disburse.key.id,
+    }
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -252,8 +258,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             print(f"Demo merchant '{DEMO_NAME}' already exists; its keys were shown when it was created.")
         else:
             print(f"Demo merchant '{DEMO_NAME}' created: {demo['merchantId']}")
-            print(f"  Collect key:  {demo['collectKey']}")
-            print(f"  Disburse key: {demo['disburseKey']}")
+            print(f"  Collect key:  {demo['collectKey']}  (key id {demo['collectKeyId']})")
+            print(f"  Disburse key: {demo['disburseKey']}  (key id {demo['disburseKeyId']})")
             print("  (keys are shown only now; keep them)")
         sys.stdout.flush()
     app = create_app(core, run_worker=not args.no_worker, close_core=True)

@@ -542,9 +542,13 @@ def _components() -> dict[str, Any]:
             extension=True,
         ),
         "Health": _exact_object({"status": _string(enum=["ok"])}, extension=True),
-        "CheckoutStatus": _exact_object(
-            {"status": _schema("CollectionStatus"), "message": _string()}, extension=True
-        ),
+        "CheckoutStatus": {
+            "type": "object",
+            "description": "What the hosted page's script polls; the page may add display fields.",
+            "required": ["status", "message"],
+            "properties": {"status": _schema("CollectionStatus"), "title": _string(), "message": _string()},
+            "x-extension": True,
+        },
     }
     headers = {
         "X-Request-Id": {
@@ -1085,6 +1089,23 @@ def _page_paths() -> dict[str, Any]:
                         "description": "The script.",
                         "headers": _headers("X-Request-Id", "Cache-Control"),
                         "content": {"text/javascript": {"schema": _string()}},
+                    },
+                    "500": _ref("responses", "ServerError"),
+                },
+                public=True,
+                extension=True,
+            )
+        },
+        "/checkout-assets/icon.svg": {
+            "get": _operation(
+                "checkoutPageIcon",
+                "The page's icon",
+                "hosted-checkout",
+                {
+                    "200": {
+                        "description": "The icon.",
+                        "headers": _headers("X-Request-Id", "Cache-Control"),
+                        "content": {"image/svg+xml": {"schema": _string()}},
                     },
                     "500": _ref("responses", "ServerError"),
                 },

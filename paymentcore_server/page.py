@@ -341,7 +341,7 @@ def _form(view: CheckoutView, cat: Catalogue, chosen: tuple[str, str], wrong: st
         "<p class='hint' id='phone-hint'>The local number, without the country code."
         " Leave it empty for Bitcoin Lightning.</p></div>"
         "<p class='you-pay' id='you-pay' hidden>You pay <strong id='you-pay-amount'></strong></p>"
-        "<button type='submit' id='pay'>Pay now</button></form>"
+        "<button type='button' id='pay'>Pay now</button></form>"
     )
 
 

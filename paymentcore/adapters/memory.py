@@ -139,7 +139,10 @@ class MemoryTransaction:
             c
             for c in self._values("collections")
             if c.status in (CollectionStatus.PENDING, CollectionStatus.PROCESSING)
-            and (c.expires_at <= now or (c.next_check_at is not None and c.next_check_at <= now))
+            and (
+                (c.submitted_at is None and c.status is CollectionStatus.PENDING and c.expires_at <= now)
+                or (c.next_check_at is not None and c.next_check_at <= now)
+            )
         ]
         due.sort(key=lambda c: (min(c.expires_at, c.next_check_at or c.expires_at), c.reference))
         return due[:limit]

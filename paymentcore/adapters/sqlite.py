@@ -390,8 +390,8 @@ class SqliteTransaction:
             "WHERE reference IN ("
             " SELECT reference FROM collections WHERE status IN ('PENDING', 'PROCESSING')"
             "  AND next_check_at <= ?"
-            " UNION SELECT reference FROM collections WHERE status IN ('PENDING', 'PROCESSING')"
-            "  AND expires_at <= ?)"
+            " UNION SELECT reference FROM collections WHERE status = 'PENDING'"
+            "  AND submitted_at IS NULL AND expires_at <= ?)"
             " ORDER BY min(expires_at, coalesce(next_check_at, expires_at)), reference LIMIT ?",
             (now, now, limit),
         )

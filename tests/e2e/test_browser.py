@@ -51,6 +51,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = Path(__file__).resolve().parent / "screenshots"
 DOC_IMAGES = ROOT / "docs" / "images"
 SETTLE_MS = 20_000  # the sandbox answers after 1 s; the page polls every 1.5 s
+POST_MS = 10_000  # the form POST and its answer
 FINAL = ("SUCCESS", "FAILED")
 
 
@@ -238,19 +239,20 @@ def payer(browser: Browser, server: Server) -> Iterator[Payer]:
         context.close()
 
 
-def submit_with_enter(payer: Payer) -> int:
-    """Press Enter in the phone field; returns the HTTP status of the form POST."""
-    with payer.page.expect_response(lambda r: r.request.method == "POST") as posted:
-        payer.page.keyboard.press("Enter")
-    payer.page.wait_for_selector("#status")
-    return posted.value.status
-
-
-def submit_with_click(payer: Payer) -> int:
-    with payer.page.expect_response(lambda r: r.request.method == "POST") as posted:
-        payer.page.click("#pay")
-    payer.page.wait_for_selector("#status")
-    return posted.value.status
+def submit(payer: Payer, *, with_enter: bool = False) -> None:
+    """Submit the form (Enter where the focus is, or a click on the button): a plain POST to its own
+    action, answered 303 back to the same page, which then shows the status."""
+    url = payer.page.url
+    with payer.page.expect_response(lambda r: r.request.method == "POST", timeout=POST_MS) as posted:
+        if with_enter:
+            payer.page.keyboard.press("Enter")
+        else:
+            payer.page.click("#pay")
+    response = posted.value
+    assert response.url == url, f"the form posted to {response.url}, not to its page {url}"
+    assert response.status == 303, f"the form POST answered {response.status}, not 303"
+    payer.page.wait_for_selector("#status", timeout=5_000)
+    assert payer.page.url == url
 
 
 # --- the payer's journeys ------------------------------------------------------------------------
@@ -269,7 +271,7 @@ def test_paying_with_the_keyboard_on_a_small_screen(payer: Payer) -> None:
     assert page.get_by_label("Mobile money number").get_attribute("name") == "phone"
     payer.fits_the_screen()
 
-    # Keyboard only: Tab reaches the provider, then the phone field; Enter submits.
+    # Keyboard only: Tab goes to the provider, the phone field, the button; Enter pays.
     page.keyboard.press("Tab")
     assert page.evaluate("document.activeElement.id") == "provider"
     page.select_option("#provider", "mtn_cm")
@@ -277,9 +279,10 @@ def test_paying_with_the_keyboard_on_a_small_screen(payer: Payer) -> None:
     assert page.evaluate("document.activeElement.id") == "phone"
     page.keyboard.type("670000000")
     assert page.inner_text("#you-pay") == "You pay 5,000 XAF"
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.id") == "pay"
     payer.shot("form", doc="form")
-    assert submit_with_enter(payer) == 303  # the plain form POST, answered 303 back to the page
-    assert page.url == record["checkoutUrl"]
+    submit(payer, with_enter=True)  # Enter on the focused button
 
     assert payer.status() in ("PENDING", "PROCESSING")
     assert "approve" in page.inner_text("#status-text")
@@ -309,7 +312,7 @@ def test_a_failed_payment_says_why(payer: Payer, phone: str, category: str, word
     page.goto(record["checkoutUrl"])
     page.select_option("#provider", "mtn_cm")
     page.fill("#phone", phone)
-    assert submit_with_click(payer) == 303
+    submit(payer, with_enter=category == "PAYER_DECLINED")  # Enter in the phone field submits too
     assert payer.status() not in FINAL
 
     payer.wait_for_status("FAILED")
@@ -335,7 +338,7 @@ def test_a_usd_price_paid_from_a_xaf_wallet(payer: Payer) -> None:
     page.select_option("#provider", "orange_cm")
     page.fill("#phone", "690000000")
     assert page.inner_text("#you-pay") == f"You pay {match.group(1)} XAF"
-    assert submit_with_click(payer) == 303
+    submit(payer)
 
     payer.wait_for_status("SUCCESS")
     assert f"{match.group(1)} XAF" in page.inner_text("#details")
@@ -384,7 +387,7 @@ def test_lightning_shows_an_invoice_instead_of_asking_for_a_phone(payer: Payer) 
     assert not page.is_visible("#phone")  # no phone number for Lightning
     assert re.fullmatch(r"You pay 0\.\d{8} BTC", page.inner_text("#you-pay"))  # BTC has 8 decimals
     payer.shot("lightning-form")
-    assert submit_with_click(payer) == 303
+    submit(payer)
 
     invoice = page.inner_text("#invoice")
     assert invoice.startswith("lnbcrt")
@@ -405,7 +408,7 @@ def test_the_form_works_without_javascript(browser: Browser, server: Server) -> 
         page.goto(record["checkoutUrl"])
         page.select_option("#provider", "mtn_cm")
         page.fill("#phone", "670000001")
-        with page.expect_response(lambda r: r.request.method == "POST") as posted:
+        with page.expect_response(lambda r: r.request.method == "POST", timeout=POST_MS) as posted:
             page.click("#pay")
         assert posted.value.status == 303
         page.wait_for_selector("#status")
@@ -423,7 +426,7 @@ def test_a_refused_number_keeps_the_form_and_says_what_is_wrong(payer: Payer) ->
     page.goto(record["checkoutUrl"])
     page.select_option("#provider", "mtn_cm")
     page.fill("#phone", "690000000")  # an Orange number
-    with page.expect_response(lambda r: r.request.method == "POST") as posted:
+    with page.expect_response(lambda r: r.request.method == "POST", timeout=POST_MS) as posted:
         page.click("#pay")
     assert posted.value.status == 400
     page.wait_for_selector("#error")

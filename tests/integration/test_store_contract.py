@@ -280,7 +280,7 @@ def test_settings_default_then_put_replaces(store: Store) -> None:
 
 def test_merchant_round_trip_update_and_list_order(store: Store) -> None:
     late = merchant("mer_a", created_at=NOW + 10)
-    early_b = merchant("mer_b", created_at=NOW)
+    early_b = merchant("mer_b", created_at=NOW + 1)
     early_a = attrs.evolve(merchant("mer_0", created_at=NOW), status=MerchantStatus.NOT_APPROVED)
     with store.transaction() as tx:
         assert tx.get_merchant("mer_a") is None
@@ -325,15 +325,7 @@ def test_api_key_round_trip_by_id_and_by_hash(store: Store) -> None:
         assert tx.get_key_by_hash("hash-1") == revoked
 
 
-def test_key_by_hash_never_answers_for_a_replaced_hash(store: Store, request: pytest.FixtureRequest) -> None:
-    if isinstance(store, MemoryStore):
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                raises=AssertionError,
-                reason="MemoryTransaction.put_key keeps the old key_hash -> id mapping (bug)",
-            )
-        )
+def test_key_by_hash_never_answers_for_a_replaced_hash(store: Store) -> None:
     key = api_key("key_1", key_hash="hash-old")
     with store.transaction() as tx:
         tx.put_key(key)
@@ -614,8 +606,9 @@ def test_ledger_entries_round_trip_and_order(store: Store) -> None:
             tx.append_entry(e)
     with store.read() as tx:
         listed = tx.list_entries("mer_1", "XAF")
-    assert [e.id for e in listed] == ["led_b", "led_a", "led_c"]
-    assert listed == [entries[1], entries[2], entries[0]]
+    # oldest first; within one millisecond, in the order they were written
+    assert [e.id for e in listed] == ["led_b", "led_c", "led_a"]
+    assert listed == [entries[1], entries[0], entries[2]]
     legs = listed[0].legs
     assert isinstance(legs, tuple)
     assert legs == (
@@ -679,26 +672,11 @@ def test_event_round_trip_keeps_nested_decimals_exact(store: Store) -> None:
         assert isinstance(amount, Decimal)
         assert str(amount) == "12.50"
     assert got.data["fee"] == Decimal("0.05") and isinstance(got.data["fee"], Decimal)
-    assert got.data["settledAmount"] == Decimal("1500")
-    assert got.data["nested"]["lines"][1]["amount"] == Decimal("1500")
+    for amount in (got.data["settledAmount"], got.data["nested"]["lines"][1]["amount"]):
+        assert isinstance(amount, Decimal), type(amount)
+        assert amount == Decimal("1500")
+        assert str(amount) == "1500"
     assert got.data["ok"] is True and got.data["none"] is None and got.data["text"] == "café ✓"
-
-
-def test_event_integral_decimal_comes_back_as_decimal(store: Store, request: pytest.FixtureRequest) -> None:
-    if isinstance(store, SqliteStore):
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                raises=AssertionError,
-                reason="wire.dumps writes Decimal('1500') as 1500 and parse_json reads it back as int (bug)",
-            )
-        )
-    with store.transaction() as tx:
-        tx.insert_event(event("evt_int", data={"amount": Decimal("1500")}))
-    with store.read() as tx:
-        got = tx.get_event("evt_int")
-    assert got is not None
-    assert isinstance(got.data["amount"], Decimal), type(got.data["amount"])
 
 
 def test_event_update_duplicate_and_missing(store: Store) -> None:
@@ -725,8 +703,8 @@ def test_event_update_duplicate_and_missing(store: Store) -> None:
 def test_due_events_only_pending_and_due_oldest_first(store: Store) -> None:
     rows = [
         event("evt_c", created_at=NOW - 1, next_attempt_at=NOW),
-        event("evt_a", created_at=NOW - 3, next_attempt_at=NOW - 1),
-        event("evt_b", created_at=NOW - 3, next_attempt_at=NOW - 100, merchant_id="mer_2"),
+        event("evt_b", created_at=NOW - 3, next_attempt_at=NOW - 1),
+        event("evt_a", created_at=NOW - 3, next_attempt_at=NOW - 100, merchant_id="mer_2"),
         event("evt_0_later", created_at=NOW - 9, next_attempt_at=NOW + 1),
         event("evt_delivered", created_at=NOW - 9, status=DeliveryStatus.DELIVERED, next_attempt_at=0),
         event("evt_failed", created_at=NOW - 9, status=DeliveryStatus.FAILED, next_attempt_at=0),
@@ -736,10 +714,11 @@ def test_due_events_only_pending_and_due_oldest_first(store: Store) -> None:
         for e in rows:
             tx.insert_event(e)
     with store.read() as tx:
-        assert [e.id for e in tx.due_events(NOW, 100)] == ["evt_a", "evt_b", "evt_c"]
-        assert [e.id for e in tx.due_events(NOW, 2)] == ["evt_a", "evt_b"]
-        assert [e.id for e in tx.due_events(NOW + 1, 100)] == ["evt_0_later", "evt_a", "evt_b", "evt_c"]
-        assert [e.id for e in tx.due_events(NOW - 2, 100)] == ["evt_b"]
+        # oldest first; within one millisecond, in the order they were written
+        assert [e.id for e in tx.due_events(NOW, 100)] == ["evt_b", "evt_a", "evt_c"]
+        assert [e.id for e in tx.due_events(NOW, 2)] == ["evt_b", "evt_a"]
+        assert [e.id for e in tx.due_events(NOW + 1, 100)] == ["evt_0_later", "evt_b", "evt_a", "evt_c"]
+        assert [e.id for e in tx.due_events(NOW - 2, 100)] == ["evt_a"]
         assert tx.due_events(NOW, 100)[0] == rows[1]
 
 
@@ -754,7 +733,7 @@ def test_list_events_per_merchant_in_creation_order(store: Store) -> None:
         for e in rows:
             tx.insert_event(e)
     with store.read() as tx:
-        assert tx.list_events("mer_1") == [rows[0], rows[2], rows[1]]
+        assert tx.list_events("mer_1") == [rows[0], rows[1], rows[2]]  # ties: in the order written
         assert [e.id for e in tx.list_events("mer_2")] == ["evt_w"]
         assert tx.list_events("mer_3") == []
 
@@ -910,3 +889,28 @@ def test_a_write_through_a_read_view_never_persists(store: Store) -> None:
         tx.put_merchant(merchant("mer_ro"))
     with store.read() as tx:
         assert tx.get_merchant("mer_ro") is None
+
+
+# --- the adapters agree where the port leaves the choice open ---------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="list_merchants breaks created_at ties by id in MemoryStore, by rowid (insertion) in SqliteStore",
+)
+def test_both_adapters_list_merchants_created_in_one_millisecond_alike(tmp_path: Path) -> None:
+    stores: list[Store] = [MemoryStore(), SqliteStore(tmp_path / "agree.db")]
+    try:
+        listed: list[list[str]] = []
+        for each in stores:
+            with each.transaction() as tx:
+                for merchant_id in ("mer_b", "mer_c", "mer_a"):
+                    tx.put_merchant(merchant(merchant_id, created_at=NOW))
+            with each.read() as tx:
+                listed.append([m.id for m in tx.list_merchants()])
+        assert sorted(listed[0]) == sorted(listed[1]) == ["mer_a", "mer_b", "mer_c"]
+        assert listed[0] == listed[1]
+    finally:
+        for each in stores:
+            each.close()

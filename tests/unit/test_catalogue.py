@@ -441,7 +441,8 @@ def operator_catalogue() -> dict[str, Any]:
                 "dialCode": "+250",
                 "phoneDigits": 9,
                 "trunkPrefix": "0",
-            }
+            },
+            {"code": "BI", "name": "Burundi", "currency": "RWF", "dialCode": "+257", "phoneDigits": 8},
         ],
         "providers": [
             {
@@ -486,6 +487,9 @@ def test_from_file_loads_an_operators_catalogue(tmp_path: Path) -> None:
     assert catalogue.resolve_mobile(country=rw, phone="0781234567", provider=None) == ("781234567", mtn)
     assert catalogue.detect_provider("791234567", rw) == mtn
     assert error_of(catalogue.detect_provider, "793234567", rw).code == "PHONE_NOT_RECOGNISED"
+    # A country listed without any provider cannot take mobile numbers.
+    assert "BI" in catalogue.countries
+    assert error_of(catalogue.country, "BI").code == "COUNTRY_NOT_SUPPORTED"
     # The operator's file replaces the shipped one.
     assert error_of(catalogue.country, "CM").code == "COUNTRY_NOT_SUPPORTED"
     assert error_of(catalogue.provider, "mtn_cm").code == "UNKNOWN_PROVIDER"

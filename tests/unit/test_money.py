@@ -516,6 +516,8 @@ def test_apply_rate_with_rate_one_and_equal_decimals_is_identity(minor: int, dec
         (100, 2, Decimal("603.48"), 0, 603),  # USD 1.00 -> XAF 603.48 -> 603
         (150, 2, Decimal(1), 0, 2),  # 1.50 rounds half up to 2
         (149, 2, Decimal(1), 0, 1),
+        (250, 2, Decimal(1), 0, 3),  # half up, not half even
+        (5, 3, Decimal("0.1"), 3, 1),  # 0.005 * 0.1 = 0.0005 -> 0.001
         (500, 0, Decimal(1), 2, 50_000),  # 500 units with 0 places -> 500.00
         (100, 0, Decimal("603.48") / Decimal("603.48"), 0, 100),  # XAF -> XOF
     ],
