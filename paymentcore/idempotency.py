@@ -9,6 +9,7 @@ first one's answer. Records are kept ``Config.idempotency_retention_hours`` (48 
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
 
 import attrs
@@ -40,16 +41,13 @@ def check_key(key: str | None) -> str | None:
 
 
 def fingerprint(operation: str, body: Any) -> str:
-    canonical = wire.dumps(_sorted(body))
+    """A digest of the operation and its body, independent of key order and whitespace.
+
+    Numbers are written as ``str(Decimal)`` (scientific notation for huge exponents), never expanded,
+    so a hostile number costs no more to fingerprint than its own text.
+    """
+    canonical = json.dumps(body, sort_keys=True, default=str, separators=(",", ":"))
     return hashlib.sha256(f"{operation}\n{canonical}".encode()).hexdigest()
-
-
-def _sorted(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _sorted(value[k]) for k in sorted(value)}
-    if isinstance(value, list):
-        return [_sorted(v) for v in value]
-    return value
 
 
 @attrs.frozen

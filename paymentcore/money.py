@@ -74,7 +74,8 @@ def parse_json(raw: bytes | str) -> Any:
         )
     except _DuplicateKeyError as exc:
         raise InvalidRequestError(f"The body repeats the field '{exc.args[0]}'.", param=exc.args[0]) from None
-    except (ValueError, RecursionError, UnicodeDecodeError):
+    except (ValueError, RecursionError, UnicodeDecodeError, ArithmeticError):
+        # ArithmeticError: decimal refuses a number whose exponent is beyond its range
         raise InvalidRequestError("The body is not valid JSON.") from None
 
 
@@ -135,10 +136,14 @@ def parse_positive_minor(value: object, decimals: int, *, param: str = "amount")
             param=param,
             details={"decimals": decimals},
         )
-    # exact integer arithmetic on the digits: the Decimal context never rounds money
+    # exact integer arithmetic on the digits: the Decimal context never rounds money. Trailing zeros
+    # are folded into the exponent first, so a number written with thousands of zeros stays cheap.
     _, digits, exponent = number.as_tuple()
     assert isinstance(exponent, int)
-    coefficient = int("".join(map(str, digits)))
+    text = "".join(map(str, digits))
+    significant = text.rstrip("0")
+    exponent += len(text) - len(significant)
+    coefficient = int(significant)
     shift = exponent + decimals
     scale: int = 10 ** abs(shift)
     return coefficient * scale if shift >= 0 else coefficient // scale  # the dropped digits are zeros

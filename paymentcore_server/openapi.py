@@ -270,7 +270,8 @@ def _components() -> dict[str, Any]:
                 "param": _string(description="The field or header at fault; absent when not about one."),
                 "details": {
                     "type": "object",
-                    "description": "Numbers behind the message (amount, balance and limit failures only).",
+                    "description": "The numbers behind the message: on amount, balance and limit failures "
+                    "(and `expected` on CURRENCY_MISMATCH); absent otherwise.",
                     "additionalProperties": True,
                 },
                 "requestId": _string(minLength=1, description="Equals the X-Request-Id header."),
@@ -921,13 +922,17 @@ def _discovery_paths() -> dict[str, Any]:
 
 
 def _webhook_paths() -> dict[str, Any]:
-    def register(operation_id: str, *, legacy: bool = False, method: str = "PUT") -> dict[str, Any]:
+    def register(operation_id: str, *, legacy: bool = False, same_as_put: bool = False) -> dict[str, Any]:
         description = (
             "Registers or replaces the merchant's single endpoint, rotates the signing secret and clears any "
             "auto-disable state. Any valid key of the merchant may do it."
         )
+        if same_as_put:
+            description = "Same as PUT /v1/webhook. " + description
+        example: dict[str, Any] = {"url": "https://shop.example/webhooks", "events": "v2"}
         if legacy:
             description += " An endpoint registered here receives the legacy event names."
+            example = {"url": "https://shop.example/webhooks"}
         return _operation(
             operation_id,
             "Register the webhook endpoint" + (" (legacy)" if legacy else ""),
@@ -940,11 +945,9 @@ def _webhook_paths() -> dict[str, Any]:
                     bad_request=("INVALID_REQUEST", "IDEMPOTENCY_KEY_TOO_LONG"), body=True, idempotent=True
                 ),
             },
-            description=description
-            if method == "PUT" or legacy
-            else "Same as PUT /v1/webhook. " + description,
+            description=description,
             parameters=[_ref("parameters", "IdempotencyKey")],
-            body=_body("WebhookRequest", {"url": "https://shop.example/webhooks", "events": "v2"}),
+            body=_body("WebhookRequest", example),
             legacy_of="PUT /v1/webhook" if legacy else None,
         )
 
@@ -960,7 +963,7 @@ def _webhook_paths() -> dict[str, Any]:
                 },
             ),
             "put": register("putWebhook"),
-            "post": register("postWebhook", method="POST"),
+            "post": register("postWebhook", same_as_put=True),
         },
         "/v1/webhooks": {"post": register("postWebhooksLegacy", legacy=True)},
     }

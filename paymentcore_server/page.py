@@ -94,6 +94,7 @@ dt{color:#57606a}dd{margin:0;overflow-wrap:anywhere}
 code{display:block;word-break:break-all;background:#f6f8fa;border:1px solid #d0d7de;padding:.6rem;
 border-radius:.5rem;font-size:.8rem;user-select:all}
 footer{text-align:center;color:#57606a;font-size:.8rem;margin:.9rem 0;overflow-wrap:anywhere}
+@media (min-width:40rem){main{padding-top:3rem}}
 """
 
 SCRIPT = """
@@ -341,7 +342,7 @@ def _form(view: CheckoutView, cat: Catalogue, chosen: tuple[str, str], wrong: st
         "<p class='hint' id='phone-hint'>The local number, without the country code."
         " Leave it empty for Bitcoin Lightning.</p></div>"
         "<p class='you-pay' id='you-pay' hidden>You pay <strong id='you-pay-amount'></strong></p>"
-        "<button type='button' id='pay'>Pay now</button></form>"
+        "<button type='submit' id='pay'>Pay now</button></form>"
     )
 
 

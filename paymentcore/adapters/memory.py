@@ -6,10 +6,13 @@ exception anywhere inside leaves nothing behind, exactly as a rolled-back SQL tr
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+
+import attrs
 
 from paymentcore.models import (
     ApiKey,
@@ -29,6 +32,14 @@ from paymentcore.models import (
 )
 
 _DELETED = object()
+
+
+def _due_at(collection: Collection) -> int:
+    if collection.next_check_at is None:
+        return collection.expires_at
+    return min(collection.expires_at, collection.next_check_at)
+
+
 _SPENT_STATUSES = (PayoutStatus.PENDING, PayoutStatus.SENT, PayoutStatus.PAID, PayoutStatus.FAILED)
 
 
@@ -98,7 +109,7 @@ class MemoryTransaction:
         self._put("merchants", merchant.id, merchant)
 
     def list_merchants(self) -> list[Merchant]:
-        return sorted(self._values("merchants"), key=lambda m: (m.created_at, m.id))
+        return sorted(self._values("merchants"), key=lambda m: m.created_at)  # ties: insertion order
 
     def get_key(self, key_id: str) -> ApiKey | None:
         key: ApiKey | None = self._get("keys", key_id)
@@ -144,7 +155,7 @@ class MemoryTransaction:
                 or (c.next_check_at is not None and c.next_check_at <= now)
             )
         ]
-        due.sort(key=lambda c: (min(c.expires_at, c.next_check_at or c.expires_at), c.reference))
+        due.sort(key=lambda c: (_due_at(c), c.reference))
         return due[:limit]
 
     def count_prompts(self, phone: str, since: int) -> int:
@@ -201,8 +212,11 @@ class MemoryTransaction:
         )
 
     def put_balance(self, balance: Balance) -> None:
+        # the same promises as SqliteStore's CHECK constraints
         if balance.available < 0 or balance.reserved < 0 or balance.paid_out < 0:
             raise ValueError(f"negative balance refused: {balance}")
+        if balance.credited != balance.available + balance.reserved + balance.paid_out:
+            raise ValueError(f"unbalanced balance refused: {balance}")
         self._put("balances", (balance.merchant_id, balance.currency), balance)
 
     def append_entry(self, entry: LedgerEntry) -> None:
@@ -225,7 +239,7 @@ class MemoryTransaction:
         self._put("webhooks", endpoint.merchant_id, endpoint)
 
     def insert_event(self, event: Event) -> None:
-        self._insert("events", event.id, event)
+        self._insert("events", event.id, attrs.evolve(event, data=copy.deepcopy(event.data)))
 
     def get_event(self, event_id: str) -> Event | None:
         event: Event | None = self._get("events", event_id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 from pathlib import Path
 
 from cryptography.fernet import Fernet
@@ -23,14 +24,20 @@ class FernetSecretBox:
         path = Path(path)
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
-            key = Fernet.generate_key()
+            # written whole to a private temporary file, then linked into place: a process that
+            # starts at the same moment sees either no key file or a complete one
+            temp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(Fernet.generate_key())
+                handle.flush()
+                os.fsync(handle.fileno())
             try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                os.link(temp, path)
             except FileExistsError:
                 pass  # another process made it first: use theirs
-            else:
-                with os.fdopen(fd, "wb") as handle:
-                    handle.write(key)
+            finally:
+                temp.unlink()
         return cls(path.read_bytes().strip())
 
     def encrypt(self, plaintext: str) -> str:

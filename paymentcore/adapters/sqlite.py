@@ -13,6 +13,7 @@ import enum
 import json
 import sqlite3
 import threading
+import time
 import types
 import typing
 from collections.abc import Iterator
@@ -533,10 +534,31 @@ class SqliteStore:
             timeout=self._busy_timeout_ms / 1000,
         )
         conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
-        conn.execute("PRAGMA journal_mode = WAL")
+        self._enable_wal(conn)
         conn.execute(f"PRAGMA synchronous = {self._synchronous}")
         conn.execute("PRAGMA foreign_keys = ON")
         return conn
+
+    def _enable_wal(self, conn: sqlite3.Connection) -> None:
+        """Switch to WAL, waiting (as the busy timeout would) while another connection holds the lock.
+
+        Changing the journal mode ignores the busy handler, so a second process opening a fresh file
+        while the first creates it retries here instead of failing with "database is locked".
+        """
+        deadline = time.monotonic() + self._busy_timeout_ms / 1000
+        delay = 0.005
+        while True:
+            try:
+                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 0.2)
+                continue
+            if str(mode).lower() == "wal":
+                return
+            raise sqlite3.OperationalError(f"could not switch {self.path} to WAL (mode {mode})")
 
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)

@@ -30,7 +30,7 @@ THREADS = 8
 PER_THREAD = 50
 JOIN_TIMEOUT = 90.0
 
-# (worker tag, first commit time, last commit time, formatted exception or None)
+# (worker tag, time its first transaction began, time its last one ended, formatted exception or None)
 Report = tuple[str, float, float, str | None]
 
 pytestmark = pytest.mark.slow
@@ -127,12 +127,6 @@ def test_two_processes_increment_one_balance_without_lost_updates(tmp_path: Path
         parent.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=sqlite3.OperationalError,
-    reason="SqliteStore._connect: PRAGMA journal_mode = WAL fails at once with 'database is locked' "
-    "while another connection holds the write lock of a not-yet-WAL file; busy_timeout is not applied (bug)",
-)
 def test_opening_a_fresh_file_waits_for_a_writer_holding_the_lock(tmp_path: Path) -> None:
     """What a second process sees when it starts while the first one is still creating the file."""
     path = tmp_path / "fresh.db"
