@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
@@ -169,12 +171,6 @@ def test_trailing_zeros_never_change_the_amount(code: str, minor: int, extra_zer
     assert parse_amount(padded, currency) == minor
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="paymentcore.money.parse_positive_minor builds int() from the coefficient's digit string, "
-    "which raises ValueError past Python's 4300-digit limit for a long run of trailing zeros",
-)
 def test_thousands_of_trailing_zeros_are_still_the_same_amount() -> None:
     parsed = parse_json('{"amount": 100.' + "0" * 5000 + "}")["amount"]
     assert parse_amount(parsed, XAF) == 100
@@ -237,11 +233,10 @@ FIVE_THOUSAND_DIGITS = 7 * 10**4999 + 1
         2**63,
         2**64 + 1,
         Decimal("1e309"),
-        Decimal("1E+999999999"),
         Decimal("9" * 5000),
         Decimal("123456789012345678901234567890123.5"),
     ],
-    ids=["10**400", "5000-digit int", "2**63", "2**64+1", "1e309", "1E+999999999", "5000 nines", "34 digits"],
+    ids=["10**400", "5000-digit int", "2**63", "2**64+1", "1e309", "5000 nines", "34 digits"],
 )
 def test_huge_numbers_are_too_large_without_hanging(value: int | Decimal) -> None:
     for currency in (XAF, GHS, BTC):
@@ -250,6 +245,31 @@ def test_huge_numbers_are_too_large_without_hanging(value: int | Decimal) -> Non
         assert time.perf_counter() - started < 1.0
         assert error.code == "AMOUNT_TOO_LARGE"
         assert error.param == "amount"
+
+
+HUGE_IN_A_CHILD = """
+from decimal import Decimal
+from paymentcore.catalogue import Catalogue
+from paymentcore.errors import AmountTooLargeError
+from paymentcore.money import parse_amount, parse_json
+xaf = Catalogue.default().currency("XAF")
+for value in (10**400, Decimal("1E+999999999"), parse_json("1e999999999"), parse_json("9" * 5000)):
+    try:
+        parse_amount(value, xaf)
+    except AmountTooLargeError:
+        continue
+    raise SystemExit("accepted")
+print("ok")
+"""
+
+
+def test_huge_exponents_cannot_hang_the_process() -> None:
+    # In a child with a hard timeout: a computation of 10**999999999 would otherwise hang the test run.
+    result = subprocess.run(
+        [sys.executable, "-c", HUGE_IN_A_CHILD], capture_output=True, text=True, timeout=20, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
 
 
 def test_huge_numbers_still_report_the_currency_maximum() -> None:
