@@ -24,11 +24,16 @@ def required(body: Mapping[str, Any], name: str) -> Any:
 def optional_string(
     body: Mapping[str, Any], name: str, *, max_length: int, alias: str | None = None
 ) -> str | None:
-    value = body.get(name)
-    param = name
-    if value is None and alias is not None:
-        value = body.get(alias)
-        param = alias
+    value = _string_or_none(body, name, max_length)
+    if alias is not None:
+        alias_value = _string_or_none(body, alias, max_length)  # checked even when unused
+        if value is None:
+            value = alias_value
+    return value
+
+
+def _string_or_none(body: Mapping[str, Any], param: str, max_length: int) -> str | None:
+    value = body.get(param)
     if value is None:
         return None
     if not isinstance(value, str):

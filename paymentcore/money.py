@@ -52,6 +52,15 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number")
 
 
+def _parse_float(text: str) -> Decimal:
+    try:
+        return Decimal(text)
+    except ArithmeticError:
+        # an exponent beyond what Decimal holds: kept as a non-number, so the field that holds it is
+        # refused by its own check (an amount answers INVALID_REQUEST naming "amount")
+        return Decimal("NaN")
+
+
 def _parse_int(text: str) -> int | Decimal:
     if len(text.lstrip("-")) > _MAX_DIGITS:
         # Kept as Decimal so the amount check reports "too large" instead of converting a huge int.
@@ -65,18 +74,36 @@ def parse_json(raw: bytes | str) -> Any:
     Raises InvalidRequestError for anything that is not valid JSON.
     """
     try:
-        return json.loads(
+        value = json.loads(
             raw,
-            parse_float=Decimal,
+            parse_float=_parse_float,
             parse_int=_parse_int,
             parse_constant=_refuse_constant,
             object_pairs_hook=_object_without_duplicates,
         )
+        _check_text(value)
+        return value
     except _DuplicateKeyError as exc:
         raise InvalidRequestError(f"The body repeats the field '{exc.args[0]}'.", param=exc.args[0]) from None
     except (ValueError, RecursionError, UnicodeDecodeError, ArithmeticError):
         # ArithmeticError: decimal refuses a number whose exponent is beyond its range
         raise InvalidRequestError("The body is not valid JSON.") from None
+
+
+def _check_text(value: Any) -> None:
+    """Refuse strings that are not Unicode text (lone surrogates from escapes such as "\\ud800")."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidRequestError("The body holds a string that is not valid Unicode text.") from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_text(key)
+            _check_text(item)
+    elif isinstance(value, list):
+        for item in value:
+            _check_text(item)
 
 
 def minor_to_decimal(minor: int, decimals: int) -> Decimal:

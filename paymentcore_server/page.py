@@ -26,10 +26,10 @@ from paymentcore.adapters.sandbox import SandboxNetwork
 from paymentcore.bootstrap import PaymentCore
 from paymentcore.catalogue import Catalogue, Currency
 from paymentcore.collect import EXPIRED, CheckoutView, PaymentOption
-from paymentcore.errors import NotFoundError, PaymentError
+from paymentcore.errors import BodyTooLargeError, NotFoundError, PaymentError
 from paymentcore.models import CollectionStatus
 from paymentcore.money import to_decimal
-from paymentcore_server.app import read_body
+from paymentcore_server.app import error_response, read_body
 
 LIGHTNING = "lightning"
 MESSAGES = {
@@ -372,6 +372,8 @@ def page_routes(core: PaymentCore) -> list[Route]:
             )
         except NotFoundError:
             return _html(NOT_FOUND_PAGE, 404)
+        except BodyTooLargeError as error:
+            return error_response(request, error)
         except PaymentError as error:
             try:
                 view = await run_in_threadpool(core.collect.view, reference)
@@ -384,8 +386,8 @@ def page_routes(core: PaymentCore) -> list[Route]:
         reference = request.path_params["reference"]
         try:
             view = await run_in_threadpool(core.collect.view, reference)
-        except NotFoundError:
-            return Response(wire.dumps({"status": "NOT_FOUND"}), 404, media_type="application/json")
+        except NotFoundError as error:
+            return error_response(request, error)
         return Response(
             wire.dumps(status_json(view)),
             media_type="application/json",

@@ -7,14 +7,13 @@ examples, schemathesis' boundary cases (coverage) and generated data, valid and 
 seed. The checks: no 5xx, documented status codes, content types, headers and bodies, invalid data
 refused with a 4xx, and 405 for undocumented methods.
 
-Bugs of the app found this way have strict xfail tests at the end of this file. Two of them would trip
-the fuzz run; for exactly those cases it leaves out only the one check concerned (see ``checks_for``).
+Bugs of the app found this way are fixed and pinned by regression tests at the end of this file.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -116,30 +115,7 @@ def served_schema(fuzz: Fuzz) -> schemathesis.BaseSchema:
     return schemathesis.openapi.from_asgi("/openapi.json", fuzz.app, config=CONFIG)
 
 
-# --- the known bugs, left out of the fuzz run only where they would trip a check ---------------------
-
 ALIAS_PATHS = ("/v1/collect/charge", "/v1/collect/checkout", "/v1/disburse", "/v1/payouts")
-
-
-def sends_reference_beside_merchant_reference(case: FuzzCase) -> bool:
-    """BUG 1: the alias ``reference`` is not validated at all when merchantReference is also sent."""
-    body = case.body if isinstance(case.body, dict) else {}
-    return (
-        case.operation.path in ALIAS_PATHS
-        and body.get("merchantReference") is not None
-        and "reference" in body
-    )
-
-
-def checks_for(case: FuzzCase, status: int) -> list[Callable[..., Any]]:
-    checks = list(CHECKS)
-    if sends_reference_beside_merchant_reference(case):
-        # BUG 1, pinned by test_reference_alias_is_validated_beside_merchant_reference
-        checks.remove(negative_data_rejection)
-    if case.operation.path == "/checkout/{reference}/status" and status == 404:
-        # BUG 2, pinned by test_checkout_status_404_has_the_error_shape
-        checks.remove(response_schema_conformance)
-    return checks
 
 
 # --- the fuzz run ------------------------------------------------------------------------------------
@@ -156,7 +132,7 @@ def test_the_app_conforms_to_its_document(case: FuzzCase, fuzz: Fuzz) -> None:
         # validation of every later body. Missing, empty and too-long keys are sent as generated.
         case.headers["Idempotency-Key"] = f"fuzz-{next(fuzz.idempotency_keys)}"
     response = case.call(app=fuzz.app, headers=fuzz.auth)
-    case.validate_response(response, checks=checks_for(case, response.status_code), headers=fuzz.auth)
+    case.validate_response(response, checks=list(CHECKS), headers=fuzz.auth)
 
 
 # --- the document itself -----------------------------------------------------------------------------
@@ -404,15 +380,9 @@ def test_calls_without_a_key_get_the_documented_401(fuzz: Fuzz, served_schema: A
             check_documented(served_schema, path, method, response)
 
 
-# --- the known bugs, as strict xfails ----------------------------------------------------------------
+# --- bugs the fuzzing found, kept as regression tests ------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="BUG 1: `reference` (the alias of merchantReference) is not validated when merchantReference is "
-    "also sent: a 121-character or non-string reference is accepted (2xx) instead of refused with 400.",
-)
 @pytest.mark.parametrize("path", ALIAS_PATHS)
 @pytest.mark.parametrize("alias", ["r" * 121, 5], ids=["121-chars", "number"])
 def test_reference_alias_is_validated_beside_merchant_reference(fuzz: Fuzz, path: str, alias: object) -> None:
@@ -435,12 +405,6 @@ def test_reference_alias_is_validated_beside_merchant_reference(fuzz: Fuzz, path
     assert response.json()["param"] == "reference"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason='BUG 2: GET /checkout/{reference}/status for an unknown reference answers 404 {"status": '
-    '"NOT_FOUND"}, not the error shape {code, message, requestId} (CONTRACT §6).',
-)
 def test_checkout_status_404_has_the_error_shape(fuzz: Fuzz, served_schema: Any) -> None:
     with TestClient(fuzz.app) as http:
         response = http.get("/checkout/REQ-1-NOPE/status")
@@ -451,12 +415,6 @@ def test_checkout_status_404_has_the_error_shape(fuzz: Fuzz, served_schema: Any)
     check_documented(served_schema, "/checkout/{reference}/status", "GET", response)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="BUG 3: a form post to /checkout/{reference} larger than 1 MiB answers 400 (or 404) with the "
-    "HTML page instead of 413 INVALID_REQUEST (CONTRACT §6).",
-)
 def test_an_oversized_checkout_form_is_413(fuzz: Fuzz, served_schema: Any) -> None:
     with TestClient(fuzz.app) as http:
         created = http.post(
