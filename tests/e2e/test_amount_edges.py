@@ -13,9 +13,10 @@ from typing import Any
 
 import attrs
 import pytest
-from conftest import Client  # type: ignore[import-not-found, unused-ignore]
 
 from paymentcore.testing import fund
+
+from conftest import Client  # type: ignore[import-not-found, unused-ignore]
 
 PHONE = "670000000"
 FUNDED_XAF = 10_000_000

@@ -10,8 +10,9 @@ import pytest
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from conftest import Client
 from paymentcore_server.app import create_app
+
+from conftest import Client
 
 
 def assert_error(response: Any, status: int, code: str, param: str | None = None) -> dict[str, Any]:
@@ -127,7 +128,9 @@ def test_malformed_or_non_object_bodies(client: Client, raw: bytes) -> None:
 
 def test_body_over_one_mebibyte_is_413(client: Client) -> None:
     raw = b'{"description": "' + b"x" * (1024 * 1024 + 10) + b'"}'
-    response = client.http.post("/v1/collect/checkout", content=raw, headers=client.headers(client.collect_key))
+    response = client.http.post(
+        "/v1/collect/checkout", content=raw, headers=client.headers(client.collect_key)
+    )
     assert_error(response, 413, "INVALID_REQUEST")
 
 

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from conftest import Client
 from paymentcore.models import CollectionStatus
+
+from conftest import Client
 from test_api_foundation import assert_error
 
 CHARGE = {"amount": 5000, "currency": "XAF", "country": "CM", "provider": "mtn_cm", "phone": "670000000"}
@@ -121,7 +122,9 @@ def test_sandbox_failures(client: Client, phone: str, category: str) -> None:
 
 
 def test_checkout_record_and_defaults(client: Client) -> None:
-    response = client.post("/v1/collect/checkout", {"amount": Decimal("12.5"), "currency": "USD", "reference": "inv-9"})
+    response = client.post(
+        "/v1/collect/checkout", {"amount": Decimal("12.5"), "currency": "USD", "reference": "inv-9"}
+    )
     assert response.status_code == 201
     record = response.json()
     assert set(record) == RECORD_FIELDS

@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
-from conftest import Client
 from paymentcore.errors import InvalidTransitionError
 from paymentcore.testing import fund
+
+from conftest import Client
 from test_api_foundation import assert_error
 
 PAYOUT = {"amount": 1000, "currency": "XAF", "phone": "670000000"}

@@ -21,7 +21,6 @@ from typing import Any
 import attrs
 import pytest
 import schemathesis
-from conftest import make_core  # type: ignore[import-not-found, unused-ignore]
 from hypothesis import HealthCheck, settings
 from schemathesis import Case
 from schemathesis.checks import not_a_server_error
@@ -41,6 +40,8 @@ from paymentcore import FakeClock, PaymentCore
 from paymentcore.testing import fund
 from paymentcore_server.app import create_app
 from paymentcore_server.openapi import openapi_document
+
+from conftest import make_core  # type: ignore[import-not-found, unused-ignore]
 
 FuzzCase = Case[Any]
 SEED = 20260101
