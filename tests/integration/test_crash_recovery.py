@@ -362,18 +362,21 @@ def check_journal(db: Path, kinds: dict[str, list[str]], collections: dict[str, 
 def check_over_http(server: Server, acked: list[Acked]) -> None:
     """GET answers each acknowledged request; a replay with its key answers the same reference and body."""
 
-    def one(ack: Acked) -> str | None:
+    def check_share(share: list[Acked]) -> list[str]:
+        problems = []
         with httpx.Client(base_url=server.base, timeout=10.0) as http:
-            got = http.get(ack.get_path, headers=headers(ack.api_key))
-            if got.status_code != 200 or got.json()["reference"] != ack.reference:
-                return f"GET {ack.get_path}: {got.status_code} {got.text}"
-            replay = post(http, ack.path, ack.api_key, ack.idempotency_key, ack.body)
-            if replay.status_code != ack.status or replay.json() != ack.answer:
-                return f"replay of {ack.idempotency_key}: {replay.status_code} {replay.text} != {ack.answer}"
-        return None
+            for ack in share:
+                got = http.get(ack.get_path, headers=headers(ack.api_key))
+                if got.status_code != 200 or got.json()["reference"] != ack.reference:
+                    problems.append(f"GET {ack.get_path}: {got.status_code} {got.text}")
+                replay = post(http, ack.path, ack.api_key, ack.idempotency_key, ack.body)
+                if replay.status_code != ack.status or replay.json() != ack.answer:
+                    problems.append(f"replay {ack.idempotency_key}: {replay.status_code} {replay.text}")
+        return problems
 
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        problems = [p for p in pool.map(one, acked) if p is not None]
+    shares = [acked[n::CLIENT_THREADS] for n in range(CLIENT_THREADS)]
+    with ThreadPoolExecutor(max_workers=CLIENT_THREADS) as pool:
+        problems = [p for found in pool.map(check_share, shares) for p in found]
     assert problems == [], problems[:5]
 
 
