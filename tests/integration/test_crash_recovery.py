@@ -311,8 +311,8 @@ def check_file(db: Path, merchant_id: str, acked: list[Acked]) -> None:
         core.check_all_ledgers()  # raises LedgerInvariantError when the books are off
         with core.store.read() as tx:
             for ack in acked:
-                record = tx.get_payout(ack.reference) if ack.kind == "payout" else tx.get_collection(
-                    ack.reference
+                record = (
+                    tx.get_payout(ack.reference) if ack.kind == "payout" else tx.get_collection(ack.reference)
                 )
                 assert record is not None, f"acknowledged {ack.kind} {ack.reference} was lost"
                 assert record.merchant_id == merchant_id

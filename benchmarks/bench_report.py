@@ -1,0 +1,269 @@
+"""Summaries, targets and the Markdown report of a benchmark run (results/latest.json -> latest.md)."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable
+from typing import Any
+
+# (target name, server, endpoint label) in the order of the tables
+HTTP_TARGETS: tuple[tuple[str, str, str], ...] = (
+    ("bare", "bare", "GET /json (bare Starlette)"),
+    ("echo", "echo", "POST /echo (auth + JSON, no core)"),
+    ("disburse-FULL", "core-FULL", "POST /v1/disburse"),
+    ("charge-FULL", "core-FULL", "POST /v1/collect/charge"),
+    ("getref-FULL", "core-FULL", "GET /v1/collect/{reference}"),
+    ("replay-FULL", "core-FULL", "POST /v1/disburse (idempotent replay)"),
+    ("disburse-NORMAL", "core-NORMAL", "POST /v1/disburse"),
+    ("charge-NORMAL", "core-NORMAL", "POST /v1/collect/charge"),
+    ("getref-NORMAL", "core-NORMAL", "GET /v1/collect/{reference}"),
+    ("replay-NORMAL", "core-NORMAL", "POST /v1/disburse (idempotent replay)"),
+)
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def summarise_http(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (target, concurrency): medians over the rounds, and ratios to the echo baseline
+    of the same round and concurrency."""
+    echo = {(r["round"], r["concurrency"]): r["result"]["rps"] for r in runs if r["target"] == "echo"}
+    rows: list[dict[str, Any]] = []
+    levels = sorted({r["concurrency"] for r in runs})
+    for name, server, endpoint in HTTP_TARGETS:
+        for level in levels:
+            mine = [r for r in runs if r["target"] == name and r["concurrency"] == level]
+            if not mine:
+                continue
+            results = [r["result"] for r in mine]
+            ratios = [
+                r["result"]["rps"] / echo[(r["round"], level)]
+                for r in mine
+                if echo.get((r["round"], level))
+            ]
+            rows.append(
+                {
+                    "target": name,
+                    "server": server,
+                    "endpoint": endpoint,
+                    "concurrency": level,
+                    "rounds": len(mine),
+                    "rps": _spread([x["rps"] for x in results]),
+                    "p50_ms": statistics.median(x["p50_ms"] for x in results),
+                    "p99_ms": _spread([x["p99_ms"] for x in results]),
+                    "max_ms": max(x["max_ms"] for x in results),
+                    "ratio_to_echo": _spread(ratios) if ratios else None,
+                    "requests": sum(x["requests"] for x in results),
+                }
+            )
+    return rows
+
+
+def _row(rows: list[dict[str, Any]], target: str, level: int) -> dict[str, Any] | None:
+    return next((r for r in rows if r["target"] == target and r["concurrency"] == level), None)
+
+
+def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The issue's targets, each with what was measured in this run and whether it is met.
+
+    A target whose measurement did not run (a concurrency left out, a part skipped) is reported as
+    not measured (``met`` None).
+    """
+    targets: list[dict[str, Any]] = []
+
+    def add(name: str, goal: str, value: float | None, met: bool | None, shown: str) -> None:
+        targets.append({"target": name, "goal": goal, "value": value, "met": met, "measured": shown})
+
+    rows: list[dict[str, Any]] = results.get("http", {}).get("summary", [])
+    row = _row(rows, "disburse-FULL", 32)
+    ratio = row["ratio_to_echo"] if row else None
+    if ratio:
+        add(
+            "POST /v1/disburse (FULL) vs echo, c=32",
+            ">= 0.35x",
+            ratio["median"],
+            ratio["median"] >= 0.35,
+            f"{ratio['median']:.3f}x (rounds {ratio['min']:.3f}-{ratio['max']:.3f})",
+        )
+    else:
+        add("POST /v1/disburse (FULL) vs echo, c=32", ">= 0.35x", None, None, "not measured")
+    for level, ceiling in ((32, 40.0), (128, 150.0)):
+        row = _row(rows, "disburse-FULL", level)
+        name = f"POST /v1/disburse (FULL) p99, c={level}"
+        if row:
+            p99 = row["p99_ms"]
+            add(
+                name,
+                f"<= {ceiling:.0f} ms",
+                p99["median"],
+                p99["median"] <= ceiling,
+                f"{p99['median']:.1f} ms (rounds {p99['min']:.1f}-{p99['max']:.1f})",
+            )
+        else:
+            add(name, f"<= {ceiling:.0f} ms", None, None, "not measured")
+    for item in results.get("inprocess", {}).get("payouts", []):
+        per_batch = item["ratio_per_batch"]
+        add(
+            f"core payout creation vs raw sqlite3 ({item['synchronous']})",
+            ">= 0.85x",
+            item["ratio"],
+            item["ratio"] >= 0.85,
+            f"{item['ratio']:.3f}x (batches {per_batch['min']:.3f}-{per_batch['max']:.3f})",
+        )
+    growth = results.get("growth", {})
+    records = growth.get("records")
+    if records:
+        for what, label in (("get", "GET by reference"), ("payout", "payout creation")):
+            part = records[what]
+            add(
+                f"{label}: {part['large_rows']:,} vs {part['small_rows']:,} records",
+                "<= 1.2x",
+                part["ratio"],
+                part["ratio"] <= 1.2,
+                f"{part['ratio']:.2f}x ({part['large_us']['median']:.0f} vs {part['small_us']['median']:.0f} us)",
+            )
+    windows = growth.get("windows")
+    if windows:
+        part = windows["payout"]
+        add(
+            f"payout creation: {part['large_rows']:,} vs {part['small_rows']:,} payouts in the windows",
+            "<= 1.2x",
+            part["ratio"],
+            part["ratio"] <= 1.2,
+            f"{part['ratio']:.2f}x ({part['large_us']['median']:.0f} vs {part['small_us']['median']:.0f} us)",
+        )
+    memory = results.get("memory")
+    if memory:
+        add(
+            f"server RSS after {memory['large_requests']:,} vs {memory['small_requests']:,} requests",
+            "<= 1.1x",
+            memory["ratio"],
+            memory["ratio"] <= 1.1,
+            f"{memory['ratio']:.3f}x ({memory['large_rss_mb']:.1f} vs {memory['small_rss_mb']:.1f} MB)",
+        )
+    return targets
+
+
+def _ms(value: float) -> str:
+    return f"{value:.1f}" if value < 100 else f"{value:.0f}"
+
+
+def _met(met: bool | None) -> str:
+    return {True: "met", False: "**not met**", None: "not measured"}[met]
+
+
+def _table(header: Iterable[str], rows: Iterable[Iterable[str]]) -> list[str]:
+    head = list(header)
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines
+
+
+def markdown(results: dict[str, Any]) -> str:
+    meta = results["meta"]
+    out: list[str] = [
+        f"Run {meta['started']} ({'quick' if meta['quick'] else 'full'}), {meta['machine']}; "
+        f"Python {meta['python']}, SQLite {meta['sqlite']}, uvicorn {meta['uvicorn']} "
+        f"({meta['uvicorn_loop']} + {meta['uvicorn_http']}); load: {meta['load_generator']}; "
+        f"{meta['duration_s']:.0f} s.",
+        "",
+    ]
+    gate = results.get("gate", {})
+    out.append(f"**Correctness gate: {'passed' if gate.get('passed') else 'FAILED'}** "
+               f"({sum(1 for c in gate.get('checks', []) if c['ok'])}/{len(gate.get('checks', []))} checks).")
+    out.append("")
+    out += _table(
+        ["target", "goal", "measured", ""],
+        ([t["target"], t["goal"], t["measured"], _met(t["met"])] for t in results.get("targets", [])),
+    )
+    http = results.get("http")
+    if http:
+        out += [
+            "",
+            f"HTTP: {http['rounds']} interleaved rounds of {http['duration_s']:g} s per run; medians over "
+            "rounds; ratio = requests/s over the echo baseline's in the same round (median [min-max]).",
+            "",
+        ]
+        rows = []
+        for r in http["summary"]:
+            ratio = r["ratio_to_echo"]
+            rows.append(
+                [
+                    r["endpoint"],
+                    r["server"],
+                    str(r["concurrency"]),
+                    f"{r['rps']['median']:,.0f}",
+                    _ms(r["p50_ms"]),
+                    _ms(r["p99_ms"]["median"]),
+                    _ms(r["max_ms"]),
+                    "-" if ratio is None else f"{ratio['median']:.2f} [{ratio['min']:.2f}-{ratio['max']:.2f}]",
+                ]
+            )
+        out += _table(["endpoint", "server", "c", "req/s", "p50 ms", "p99 ms", "max ms", "x echo"], rows)
+    inproc = results.get("inprocess")
+    if inproc:
+        out += ["", "In-process (one thread, sequential):", ""]
+        rows = []
+        for item in inproc.get("payouts", []):
+            rows.append(
+                [
+                    f"payout creation, synchronous={item['synchronous']}",
+                    f"{item['core_per_s']['median']:,.0f}/s",
+                    f"{item['raw_per_s']['median']:,.0f}/s (raw sqlite3)",
+                    f"{item['ratio']:.2f}",
+                ]
+            )
+        signing = inproc.get("signing")
+        if signing:
+            rows.append(
+                [
+                    f"webhook signature, {signing['body_bytes']}-byte body",
+                    f"{signing['signature_per_s']['median']:,.0f}/s",
+                    f"{signing['hmac_digest_per_s']['median']:,.0f}/s (hmac.digest)",
+                    f"{signing['ratio']:.2f}",
+                ]
+            )
+        out += _table(["what", "ours", "baseline", "ratio"], rows)
+    growth = results.get("growth")
+    if growth:
+        out += ["", f"Growth (in-process, synchronous={growth['synchronous']}; median cost per call):", ""]
+        rows = []
+        records = growth.get("records")
+        if records:
+            for what, label in (("get", "GET by reference"), ("payout", "payout creation")):
+                part = records[what]
+                rows.append(
+                    [
+                        label,
+                        f"{part['small_rows']:,} records: {part['small_us']['median']:.0f} us",
+                        f"{part['large_rows']:,} records: {part['large_us']['median']:.0f} us",
+                        f"{part['ratio']:.2f}",
+                    ]
+                )
+        windows = growth.get("windows")
+        if windows:
+            part = windows["payout"]
+            rows.append(
+                [
+                    "payout creation with per_day/per_week limits",
+                    f"{part['small_rows']:,} in windows: {part['small_us']['median']:.0f} us",
+                    f"{part['large_rows']:,} in windows: {part['large_us']['median']:.0f} us",
+                    f"{part['ratio']:.2f}",
+                ]
+            )
+        out += _table(["what", "small", "large", "ratio"], rows)
+    memory = results.get("memory")
+    if memory:
+        out += [
+            "",
+            f"Memory (core server, synchronous={memory['synchronous']}, c={memory['concurrency']}, a third each of "
+            "payouts, charges and reads): "
+            + ", ".join(f"{s['requests']:,} requests: {s['rss_mb']:.1f} MB RSS ({s['threads']} threads)"
+                        for s in memory["samples"])
+            + f"; ratio {memory['ratio']:.3f}.",
+        ]
+    if not gate.get("passed", False):
+        out += ["", "Failed checks:", ""]
+        out += [f"- {c['name']}: {c['detail']}" for c in gate.get("checks", []) if not c["ok"]]
+    return "\n".join(out) + "\n"

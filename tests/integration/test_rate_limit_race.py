@@ -1,0 +1,294 @@
+"""Races on one key: the rate limit and one Idempotency-Key, hit by many clients at the same instant.
+
+Three ways in, so the result does not depend on how requests happen to be scheduled: threads released
+by a Barrier through Starlette's TestClient; ``asyncio.gather`` over ``httpx.ASGITransport`` (one event
+loop, handlers interleaving at every await); and a real ``paymentcore serve`` process on a socket.
+
+- 100 requests at once on a key allowed 30 a minute: exactly 30 answer 2xx and 70 answer 429
+  RATE_LIMITED with a Retry-After header; a refused request has no side effect; the 30 answers carry
+  the remaining counts 29..0, each once (no two requests took the same slot).
+- 16 clients at once with one Idempotency-Key on POST /v1/collect/checkout: one collection, and all 16
+  answers are byte-for-byte the same body with the same status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import closing
+from pathlib import Path
+from typing import Any, Protocol
+
+import attrs
+import httpx
+import pytest
+from starlette.testclient import TestClient
+from test_crash_recovery import Server  # type: ignore[import-not-found, unused-ignore]
+
+from paymentcore import Config, FakeClock, PaymentCore, RandomReferences
+from paymentcore.testing import CapturingSender, public_resolver
+from paymentcore_server.app import create_app
+
+CROWD = 100
+PER_MINUTE = 30
+SAME_KEY_CLIENTS = 16
+CHECKOUT = {"amount": 1500, "currency": "XAF", "description": "One order", "merchantReference": "order-42"}
+
+
+class Response(Protocol):
+    """What is read from a response of httpx or of the TestClient's own httpx."""
+
+    @property
+    def status_code(self) -> int: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+
+@attrs.frozen
+class Answer:
+    status: int
+    text: str
+    headers: dict[str, str]
+
+    @classmethod
+    def of(cls, response: Response) -> Answer:
+        return cls(response.status_code, response.text, {k.lower(): v for k, v in response.headers.items()})
+
+    def json(self) -> Any:
+        return json.loads(self.text)
+
+
+class CountingRefs:
+    """Random references that remember how many collections were ever begun."""
+
+    def __init__(self) -> None:
+        self._inner = RandomReferences()
+        self.collections: list[str] = []
+        self._lock = threading.Lock()
+
+    def collection(self, now: int) -> str:
+        reference = self._inner.collection(now)
+        with self._lock:
+            self.collections.append(reference)
+        return reference
+
+    def payout(self, now: int) -> str:
+        return self._inner.payout(now)
+
+    def token(self, prefix: str) -> str:
+        return self._inner.token(prefix)
+
+
+@attrs.define
+class Shop:
+    core: PaymentCore
+    refs: CountingRefs
+    clock: FakeClock
+    merchant_id: str
+    collect_key: str
+    other_key: str
+
+    def headers(self, key: str | None = None, idem: str | None = None) -> dict[str, str]:
+        headers = {"Authorization": f"Bearer {key or self.collect_key}", "Content-Type": "application/json"}
+        if idem is not None:
+            headers["Idempotency-Key"] = idem
+        return headers
+
+    def existing_collections(self) -> list[str]:
+        with self.core.store.read() as tx:
+            return [r for r in self.refs.collections if tx.get_collection(r) is not None]
+
+
+@pytest.fixture(params=["sqlite", "memory"])
+def shop(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Shop]:
+    clock = FakeClock()
+    refs = CountingRefs()
+    kwargs: dict[str, Any] = {
+        "clock": clock,
+        "refs": refs,
+        "sender": CapturingSender(),
+        "resolver": public_resolver,
+        "config": Config(sandbox_delay=0),
+    }
+    core = (
+        PaymentCore.sqlite(tmp_path / "race.db", **kwargs)
+        if request.param == "sqlite"
+        else (PaymentCore.memory(**kwargs))
+    )
+    merchant = core.operator.create_merchant("Race Shop")
+    collect = core.operator.create_key(merchant.id, ["collect"])
+    other = core.operator.create_key(merchant.id, ["collect", "disburse"])
+    try:
+        yield Shop(core, refs, clock, merchant.id, collect.api_key, other.api_key)
+    finally:
+        core.close()
+
+
+def crowd(count: int, call: Callable[[], Response]) -> list[Answer]:
+    """``count`` threads, released together by a barrier, each making one call."""
+    barrier = threading.Barrier(count)
+    answers: list[Answer] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def run() -> None:
+        try:
+            barrier.wait(timeout=30)
+            answer = Answer.of(call())
+        except BaseException as exc:
+            with lock:
+                errors.append(exc)
+        else:
+            with lock:
+                answers.append(answer)
+
+    threads = [threading.Thread(target=run) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not any(thread.is_alive() for thread in threads)
+    assert errors == []
+    return answers
+
+
+def assert_exactly_30_pass(answers: list[Answer], ok: int) -> list[Answer]:
+    """30 answered ``ok`` with remaining counts 29..0; 70 answered 429 RATE_LIMITED with Retry-After."""
+    assert len(answers) == CROWD
+    passed = [a for a in answers if a.status == ok]
+    limited = [a for a in answers if a.status == 429]
+    assert (len(passed), len(limited)) == (PER_MINUTE, CROWD - PER_MINUTE), sorted(a.status for a in answers)
+    assert sorted(int(a.headers["x-ratelimit-remaining"]) for a in passed) == list(range(PER_MINUTE))
+    for answer in limited:
+        body = answer.json()
+        assert body["code"] == "RATE_LIMITED" and "minute" in body["message"], body
+        assert body["requestId"] == answer.headers["x-request-id"]
+        assert int(answer.headers["retry-after"]) >= 1
+        assert answer.headers["x-ratelimit-remaining"] == "0"
+    return passed
+
+
+def assert_one_answer(answers: list[Answer]) -> str:
+    """Every client got the same status and the very same body; returns the one reference."""
+    assert len(answers) == SAME_KEY_CLIENTS
+    assert {a.status for a in answers} == {201}, {a.text for a in answers}
+    assert len({a.text for a in answers}) == 1, {a.text for a in answers}
+    assert len({a.headers["x-request-id"] for a in answers}) == SAME_KEY_CLIENTS  # distinct requests
+    reference: str = answers[0].json()["reference"]
+    return reference
+
+
+# --- in process: threads through the TestClient ---------------------------------------------------
+
+
+def test_100_threads_on_one_key_30_pass_and_70_are_rate_limited(shop: Shop) -> None:
+    with TestClient(create_app(shop.core), raise_server_exceptions=False) as http:
+        answers = crowd(CROWD, lambda: http.get("/v1/countries", headers=shop.headers()))
+        assert_exactly_30_pass(answers, 200)
+        assert http.get("/v1/countries", headers=shop.headers()).status_code == 429  # still full
+        assert http.get("/v1/countries", headers=shop.headers(shop.other_key)).status_code == 200
+        shop.clock.advance(61)
+        assert http.get("/v1/countries", headers=shop.headers()).status_code == 200
+
+
+def test_100_racing_checkouts_create_exactly_the_30_that_were_let_through(shop: Shop) -> None:
+    counter = iter(range(CROWD))
+    lock = threading.Lock()
+
+    def checkout(http: TestClient) -> Response:
+        with lock:
+            n = next(counter)
+        body = json.dumps({**CHECKOUT, "merchantReference": f"order-{n}"})
+        return http.post("/v1/collect/checkout", content=body, headers=shop.headers(idem=f"race-{n}"))
+
+    with TestClient(create_app(shop.core), raise_server_exceptions=False) as http:
+        answers = crowd(CROWD, lambda: checkout(http))
+    passed = assert_exactly_30_pass(answers, 201)
+    created = {a.json()["reference"] for a in passed}
+    assert len(created) == PER_MINUTE
+    assert set(shop.existing_collections()) == created  # a refused request made nothing
+    assert len(shop.refs.collections) == PER_MINUTE  # and did not even begin one
+
+
+def test_16_threads_with_one_idempotency_key_make_one_collection(shop: Shop) -> None:
+    body = json.dumps(CHECKOUT)
+    with TestClient(create_app(shop.core), raise_server_exceptions=False) as http:
+        answers = crowd(
+            SAME_KEY_CLIENTS,
+            lambda: http.post("/v1/collect/checkout", content=body, headers=shop.headers(idem="one-order")),
+        )
+        reference = assert_one_answer(answers)
+        got = http.get(f"/v1/collect/{reference}", headers=shop.headers())
+    assert got.status_code == 200 and got.json()["reference"] == reference
+    assert shop.existing_collections() == [reference]
+    assert shop.refs.collections == [reference]
+
+
+# --- in process: one event loop, asyncio.gather over httpx.ASGITransport ---------------------------
+
+
+async def gather(shop: Shop, count: int, send: Callable[[httpx.AsyncClient], Any]) -> list[Answer]:
+    transport = httpx.ASGITransport(app=create_app(shop.core))
+    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as http:
+        responses = await asyncio.gather(*(send(http) for _ in range(count)))
+    return [Answer.of(r) for r in responses]
+
+
+def test_100_gathered_requests_on_one_key_30_pass_and_70_are_rate_limited(shop: Shop) -> None:
+    answers = asyncio.run(gather(shop, CROWD, lambda http: http.get("/v1/countries", headers=shop.headers())))
+    assert_exactly_30_pass(answers, 200)
+
+
+def test_16_gathered_requests_with_one_idempotency_key_make_one_collection(shop: Shop) -> None:
+    body = json.dumps(CHECKOUT)
+    answers = asyncio.run(
+        gather(
+            shop,
+            SAME_KEY_CLIENTS,
+            lambda http: http.post("/v1/collect/checkout", content=body, headers=shop.headers(idem="one")),
+        )
+    )
+    reference = assert_one_answer(answers)
+    assert shop.existing_collections() == [reference] and shop.refs.collections == [reference]
+
+
+# --- a real server process --------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_real_server_lets_30_of_100_through_and_makes_one_collection_per_key(tmp_path: Path) -> None:
+    db = tmp_path / "real.db"
+    server = Server(db, tmp_path, "race", demo=True)
+    try:
+        server.wait_ready()
+        collect_key, disburse_key = server.demo_keys()
+        limits = httpx.Limits(max_connections=CROWD, max_keepalive_connections=CROWD)
+        with httpx.Client(base_url=server.base, timeout=30.0, limits=limits) as http:
+            auth = {"Authorization": f"Bearer {disburse_key}"}
+            answers = crowd(CROWD, lambda: http.get("/v1/countries", headers=auth))
+            assert_exactly_30_pass(answers, 200)
+
+            headers = {
+                "Authorization": f"Bearer {collect_key}",
+                "Content-Type": "application/json",
+                "Idempotency-Key": "real-one-order",
+            }
+            body = json.dumps(CHECKOUT)
+            same = crowd(
+                SAME_KEY_CLIENTS, lambda: http.post("/v1/collect/checkout", content=body, headers=headers)
+            )
+            reference = assert_one_answer(same)
+        with closing(sqlite3.connect(db)) as conn:
+            rows = conn.execute(
+                "SELECT reference FROM collections WHERE merchant_reference = ?",
+                (CHECKOUT["merchantReference"],),
+            ).fetchall()
+        assert rows == [(reference,)]
+    finally:
+        server.stop()
+        server.close()

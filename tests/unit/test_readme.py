@@ -1,0 +1,26 @@
+"""The README's two set-up commands, and CI running the same test command."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def readme_commands() -> list[str]:
+    text = (ROOT / "README.md").read_text("utf-8")
+    return [block.strip() for block in re.findall(r"```sh\n(.*?)```", text, flags=re.S)]
+
+
+def test_readme_has_exactly_the_two_set_up_commands() -> None:
+    serve, test = readme_commands()
+    assert "paymentcore serve --demo" in serve and "pip install ." in serve
+    assert "pip install -e '.[test]'" in test and "pytest" in test
+    assert "mypy" in test and "ruff check" in test
+
+
+def test_ci_runs_the_readme_test_command_verbatim() -> None:
+    _, test = readme_commands()
+    ci_lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text("utf-8").splitlines()]
+    assert test in ci_lines
