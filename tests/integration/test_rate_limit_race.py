@@ -28,8 +28,8 @@ import pytest
 from starlette.testclient import TestClient
 from test_crash_recovery import Server  # type: ignore[import-not-found, unused-ignore]
 
-from paymentcore import Config, FakeClock, PaymentCore, RandomReferences
-from paymentcore.testing import CapturingSender, public_resolver
+from paymentcore import Config, FakeClock, PaymentCore, RandomReferences, SandboxNetwork
+from paymentcore.testing import CapturingSender, fund, public_resolver
 from paymentcore_server.app import create_app
 
 CROWD = 100
@@ -64,11 +64,12 @@ class Answer:
 
 
 class CountingRefs:
-    """Random references that remember how many collections were ever begun."""
+    """Random references that remember every collection and payout ever begun."""
 
     def __init__(self) -> None:
         self._inner = RandomReferences()
         self.collections: list[str] = []
+        self.payouts: list[str] = []
         self._lock = threading.Lock()
 
     def collection(self, now: int) -> str:
@@ -78,7 +79,10 @@ class CountingRefs:
         return reference
 
     def payout(self, now: int) -> str:
-        return self._inner.payout(now)
+        reference = self._inner.payout(now)
+        with self._lock:
+            self.payouts.append(reference)
+        return reference
 
     def token(self, prefix: str) -> str:
         return self._inner.token(prefix)
@@ -102,6 +106,10 @@ class Shop:
     def existing_collections(self) -> list[str]:
         with self.core.store.read() as tx:
             return [r for r in self.refs.collections if tx.get_collection(r) is not None]
+
+    def existing_payouts(self) -> list[str]:
+        with self.core.store.read() as tx:
+            return [r for r in self.refs.payouts if tx.get_payout(r) is not None]
 
 
 @pytest.fixture(params=["sqlite", "memory"])
@@ -227,6 +235,57 @@ def test_16_threads_with_one_idempotency_key_make_one_collection(shop: Shop) -> 
     assert got.status_code == 200 and got.json()["reference"] == reference
     assert shop.existing_collections() == [reference]
     assert shop.refs.collections == [reference]
+
+
+def test_16_threads_with_one_idempotency_key_send_one_prompt_and_one_payout(shop: Shop) -> None:
+    fund(shop.core, shop.merchant_id, "XAF", 10_000)
+    charge = json.dumps(
+        {"amount": 2000, "currency": "XAF", "country": "CM", "provider": "mtn_cm", "phone": "670000000"}
+    )
+    payout = json.dumps({"amount": 3000, "currency": "XAF", "phone": "670000000"})
+    with TestClient(create_app(shop.core), raise_server_exceptions=False) as http:
+        charges = crowd(
+            SAME_KEY_CLIENTS,
+            lambda: http.post("/v1/collect/charge", content=charge, headers=shop.headers(idem="one-charge")),
+        )
+        payouts = crowd(
+            SAME_KEY_CLIENTS,
+            lambda: http.post(
+                "/v1/disburse", content=payout, headers=shop.headers(shop.other_key, idem="one-payout")
+            ),
+        )
+    assert {a.status for a in charges} == {202} and len({a.text for a in charges}) == 1
+    assert_one_answer(payouts)
+    assert len(shop.existing_collections()) == len(shop.refs.collections) == 1
+    assert len(shop.existing_payouts()) == len(shop.refs.payouts) == 1
+    with shop.core.store.read() as tx:
+        balance = tx.get_balance(shop.merchant_id, "XAF")
+    assert (balance.available, balance.reserved) == (7000, 3000)  # reserved once
+    shop.core.run_until_idle()
+    network = shop.core.network
+    assert isinstance(network, SandboxNetwork)
+    assert network.prompt_count == 1 and sum(network.payouts_sent.values()) == 1
+
+
+def test_per_key_not_per_account_and_the_hour_window_under_a_race(shop: Shop) -> None:
+    """Two keys of one merchant, 50 requests each at once: each key has its own 30; then an hourly key."""
+    hourly = shop.core.operator.create_key(shop.merchant_id, ["collect"], per_minute=1000, per_hour=40)
+    with TestClient(create_app(shop.core), raise_server_exceptions=False) as http:
+        keys = iter([shop.collect_key, shop.other_key] * 50)
+        lock = threading.Lock()
+
+        def next_key() -> str:
+            with lock:
+                return next(keys)
+
+        answers = crowd(CROWD, lambda: http.get("/v1/countries", headers=shop.headers(next_key())))
+        assert sorted(a.status for a in answers) == [200] * 60 + [429] * 40
+        hour = crowd(CROWD, lambda: http.get("/v1/countries", headers=shop.headers(hourly.api_key)))
+    assert sorted(a.status for a in hour) == [200] * 40 + [429] * 60
+    for answer in hour:
+        if answer.status == 429:
+            assert "40" in answer.json()["message"] and "hour" in answer.json()["message"]
+            assert int(answer.headers["retry-after"]) > 60  # the hour, not the minute, decides
 
 
 # --- in process: one event loop, asyncio.gather over httpx.ASGITransport ---------------------------
