@@ -68,9 +68,7 @@ def new_merchant(core: PaymentCore, name: str = "Bench Shop", funding: int = FUN
     return merchant.id
 
 
-def prepare_server_db(
-    db: Path, *, kinds: list[str], references: int = 200, replays: int = 200
-) -> Prepared:
+def prepare_server_db(db: Path, *, kinds: list[str], references: int = 200, replays: int = 200) -> Prepared:
     """Everything a core server needs for the load, written in-process before the server starts."""
     core = open_core(db)
     try:
@@ -125,7 +123,9 @@ def time_calls(call: Callable[[int], object], start: int, count: int) -> float:
         gc.enable()
 
 
-def profile_calls(call: Callable[[int], object], start: int, count: int, top: int = 14) -> list[dict[str, Any]]:
+def profile_calls(
+    call: Callable[[int], object], start: int, count: int, top: int = 14
+) -> list[dict[str, Any]]:
     """The functions where ``count`` calls spend their time (cProfile, sorted by own time)."""
     profiler = cProfile.Profile()
     profiler.enable()
@@ -193,13 +193,15 @@ def raw_payout(conn: sqlite3.Connection, merchant_id: str, key: str) -> str:
             (AMOUNT, AMOUNT, merchant_id, CURRENCY),
         )
         conn.execute(
-            "INSERT INTO payouts (reference, merchant_id, status, amount, currency, phone, country, provider,"
-            " recipient_name, merchant_reference, awaiting_review, created_at, updated_at, provider_reference,"
-            " status_reason, sent_at, next_check_at, resolution)"
+            "INSERT INTO payouts (reference, merchant_id, status, amount, currency, phone, country,"
+            " provider, recipient_name, merchant_reference, awaiting_review, created_at, updated_at,"
+            " provider_reference, status_reason, sent_at, next_check_at, resolution)"
             " VALUES (?, ?, 'PENDING', ?, ?, ?, 'CM', 'mtn_cm', NULL, ?, 0, ?, ?, NULL, NULL, NULL, ?, NULL)",
             (reference, merchant_id, AMOUNT, CURRENCY, PAYOUT_PHONE, key, now, now, now),
         )
-        body = json.dumps({"reference": reference, "status": "PENDING", "amount": AMOUNT, "currency": CURRENCY})
+        body = json.dumps(
+            {"reference": reference, "status": "PENDING", "amount": AMOUNT, "currency": CURRENCY}
+        )
         conn.execute(
             "INSERT INTO idempotency (merchant_id, key, fingerprint, created_at, status_code, body)"
             " VALUES (?, ?, ?, ?, 201, ?)",
@@ -470,7 +472,11 @@ def build_growth_db(workdir: Path, label: str, rows: int, *, windows: bool, sync
 
 
 def _interleaved(
-    small: GrowthDb, large: GrowthDb, make: Callable[[GrowthDb], Callable[[int], object]], batch: int, reps: int
+    small: GrowthDb,
+    large: GrowthDb,
+    make: Callable[[GrowthDb], Callable[[int], object]],
+    batch: int,
+    reps: int,
 ) -> dict[str, Any]:
     calls = {db.label: make(db) for db in (small, large)}
     for call in calls.values():

@@ -74,17 +74,16 @@ class LoadResult:
 
 
 def payout_body(key: str) -> bytes:
-    return (
-        '{"amount":%d,"currency":"XAF","phone":"%s","merchantReference":"%s"}'
-        % (PAYOUT_AMOUNT, PAYOUT_PHONE, key)
-    ).encode()
+    fields = f'"amount":{PAYOUT_AMOUNT},"currency":"XAF","phone":"{PAYOUT_PHONE}","merchantReference":"{key}"'
+    return ("{" + fields + "}").encode()
 
 
 def charge_body(key: str, phone: str) -> bytes:
-    return (
-        '{"amount":%d,"currency":"XAF","country":"CM","provider":"mtn_cm","phone":"%s",'
-        '"merchantReference":"%s"}' % (PAYOUT_AMOUNT, phone, key)
-    ).encode()
+    fields = (
+        f'"amount":{PAYOUT_AMOUNT},"currency":"XAF","country":"CM","provider":"mtn_cm","phone":"{phone}",'
+        f'"merchantReference":"{key}"'
+    )
+    return ("{" + fields + "}").encode()
 
 
 def phone_number(index: int) -> str:
@@ -346,7 +345,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.host.startswith("127.") and args.host not in ("localhost", "::1"):
         parser.error("this generator only loads loopback addresses")
     workload = Workload(args.kind, args.token, args.prefix, args.phone_base, args.refs_file)
-    result = asyncio.run(generate(args.host, args.port, workload, args.concurrency, args.duration, args.limit))
+    result = asyncio.run(
+        generate(args.host, args.port, workload, args.concurrency, args.duration, args.limit)
+    )
     print(RESULT_MARK + json.dumps(result.to_json()), flush=True)
     return 0
 

@@ -38,9 +38,7 @@ def summarise_http(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 continue
             results = [r["result"] for r in mine]
             ratios = [
-                r["result"]["rps"] / echo[(r["round"], level)]
-                for r in mine
-                if echo.get((r["round"], level))
+                r["result"]["rps"] / echo[(r["round"], level)] for r in mine if echo.get((r["round"], level))
             ]
             rows.append(
                 {
@@ -121,7 +119,7 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
                 "<= 1.2x",
                 part["ratio"],
                 part["ratio"] <= 1.2,
-                f"{part['ratio']:.2f}x ({part['large_us']['median']:.0f} vs {part['small_us']['median']:.0f} us)",
+                _cost(part),
             )
     windows = growth.get("windows")
     if windows:
@@ -131,7 +129,7 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             "<= 1.2x",
             part["ratio"],
             part["ratio"] <= 1.2,
-            f"{part['ratio']:.2f}x ({part['large_us']['median']:.0f} vs {part['small_us']['median']:.0f} us)",
+            _cost(part),
         )
     memory = results.get("memory")
     if memory:
@@ -143,6 +141,11 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             f"{memory['ratio']:.3f}x ({memory['large_rss_mb']:.1f} vs {memory['small_rss_mb']:.1f} MB)",
         )
     return targets
+
+
+def _cost(part: dict[str, Any]) -> str:
+    large, small = part["large_us"]["median"], part["small_us"]["median"]
+    return f"{part['ratio']:.2f}x ({large:.0f} vs {small:.0f} us)"
 
 
 def _ms(value: float) -> str:
@@ -170,8 +173,10 @@ def markdown(results: dict[str, Any]) -> str:
         "",
     ]
     gate = results.get("gate", {})
-    out.append(f"**Correctness gate: {'passed' if gate.get('passed') else 'FAILED'}** "
-               f"({sum(1 for c in gate.get('checks', []) if c['ok'])}/{len(gate.get('checks', []))} checks).")
+    out.append(
+        f"**Correctness gate: {'passed' if gate.get('passed') else 'FAILED'}** "
+        f"({sum(1 for c in gate.get('checks', []) if c['ok'])}/{len(gate.get('checks', []))} checks)."
+    )
     out.append("")
     out += _table(
         ["target", "goal", "measured", ""],
@@ -181,8 +186,9 @@ def markdown(results: dict[str, Any]) -> str:
     if http:
         out += [
             "",
-            f"HTTP: {http['rounds']} interleaved rounds of {http['duration_s']:g} s per run; medians over "
-            "rounds; ratio = requests/s over the echo baseline's in the same round (median [min-max]).",
+            f"HTTP: {http['rounds']} interleaved round{'s' if http['rounds'] != 1 else ''} of "
+            f"{http['duration_s']:g} s per run; medians over rounds; x echo = requests/s over the echo "
+            "baseline's in the same round and concurrency (median [min-max]).",
             "",
         ]
         rows = []
@@ -197,10 +203,34 @@ def markdown(results: dict[str, Any]) -> str:
                     _ms(r["p50_ms"]),
                     _ms(r["p99_ms"]["median"]),
                     _ms(r["max_ms"]),
-                    "-" if ratio is None else f"{ratio['median']:.2f} [{ratio['min']:.2f}-{ratio['max']:.2f}]",
+                    "-"
+                    if ratio is None
+                    else f"{ratio['median']:.2f} [{ratio['min']:.2f}-{ratio['max']:.2f}]",
                 ]
             )
         out += _table(["endpoint", "server", "c", "req/s", "p50 ms", "p99 ms", "max ms", "x echo"], rows)
+        sustained = http.get("sustained", {})
+        if sustained.get("runs"):
+            out += [
+                "",
+                f"Sustained POST /v1/disburse (FULL), c={sustained['concurrency']}, one key, consecutive "
+                f"{sustained['seconds_per_run']:g} s runs (req/s / p99 ms): "
+                + ", ".join(f"{r['rps']:,.0f} / {r['p99_ms']:.0f}" for r in sustained["runs"])
+                + ".",
+            ]
+        profiles = http.get("profiles", {})
+        gil = profiles.get("gil")
+        if gil and gil.get("samples"):
+            out += [
+                "",
+                "py-spy, FULL server under POST /v1/disburse at c=32, samples holding the GIL "
+                f"({gil['samples']:,}); own time by line:",
+                "",
+            ]
+            out += _table(
+                ["share", "function (file:line)"],
+                ([f"{row['share'] * 100:.1f}%", row["function"]] for row in gil["own"][:10]),
+            )
     inproc = results.get("inprocess")
     if inproc:
         out += ["", "In-process (one thread, sequential):", ""]
@@ -253,14 +283,25 @@ def markdown(results: dict[str, Any]) -> str:
                 ]
             )
         out += _table(["what", "small", "large", "ratio"], rows)
+        if windows and windows.get("profile_large"):
+            out += ["", "cProfile, payout creation with the large windows (own time per payout):", ""]
+            out += _table(
+                ["own us", "calls", "function"],
+                (
+                    [f"{row['own_us_per_op']:.0f}", f"{row['calls_per_op']:g}", row["function"]]
+                    for row in windows["profile_large"][:6]
+                ),
+            )
     memory = results.get("memory")
     if memory:
         out += [
             "",
-            f"Memory (core server, synchronous={memory['synchronous']}, c={memory['concurrency']}, a third each of "
-            "payouts, charges and reads): "
-            + ", ".join(f"{s['requests']:,} requests: {s['rss_mb']:.1f} MB RSS ({s['threads']} threads)"
-                        for s in memory["samples"])
+            f"Memory (core server, synchronous={memory['synchronous']}, c={memory['concurrency']}, "
+            "a third each of payouts, charges and reads): "
+            + ", ".join(
+                f"{s['requests']:,} requests: {s['rss_mb']:.1f} MB RSS ({s['threads']} threads)"
+                for s in memory["samples"]
+            )
             + f"; ratio {memory['ratio']:.3f}.",
         ]
     if not gate.get("passed", False):

@@ -46,6 +46,7 @@ from bench_serve import HOST, event_loop_and_parser
 HERE = Path(__file__).resolve().parent
 DEFAULT_RESULTS = HERE / "results"
 CORE_KINDS = ["disburse", "charge", "getref", "replay"]
+SUSTAINED = "sustained"  # a key of its own for the sustained payouts
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,8 @@ class Plan:
     memory_concurrency: int
     references: int
     replays: int
+    sustained_runs: int
+    sustained_seconds: float
 
 
 FULL = Plan(
@@ -85,12 +88,14 @@ FULL = Plan(
     memory_concurrency=32,
     references=1000,
     replays=500,
+    sustained_runs=7,
+    sustained_seconds=10,
 )
 QUICK = Plan(
     quick=True,
     rounds=1,
     duration=0.5,
-    concurrency=(1, 8),
+    concurrency=(8,),
     warmup=False,
     payout_batch=40,
     payout_batches=2,
@@ -103,6 +108,8 @@ QUICK = Plan(
     memory_concurrency=8,
     references=50,
     replays=50,
+    sustained_runs=2,
+    sustained_seconds=1,
 )
 
 
@@ -148,7 +155,9 @@ def free_port() -> int:
         return port
 
 
-def start_server(name: str, args: list[str], logs: Path, ready_path: str, ready_method: str = "GET") -> Server:
+def start_server(
+    name: str, args: list[str], logs: Path, ready_path: str, ready_method: str = "GET"
+) -> Server:
     port = free_port()
     log = logs / f"server-{name}.log"
     command = [sys.executable, str(HERE / "bench_serve.py"), *args, "--port", str(port)]
@@ -197,12 +206,15 @@ class Accepted:
     replay: int = 0
 
 
-def check_core_db(gate: Gate, label: str, prepared: bench_core.Prepared, accepted: Accepted) -> dict[str, Any]:
+def check_core_db(
+    gate: Gate, label: str, prepared: bench_core.Prepared, accepted: Accepted
+) -> dict[str, Any]:
     mid = prepared.merchant_id
     conn = sqlite3.connect(f"file:{prepared.db}?mode=ro", uri=True)
     try:
         payouts = conn.execute(
-            "SELECT reference, merchant_reference, amount, resolution FROM payouts WHERE merchant_id = ?", (mid,)
+            "SELECT reference, merchant_reference, amount, resolution FROM payouts WHERE merchant_id = ?",
+            (mid,),
         ).fetchall()
         reserves = Counter(
             row[0]
@@ -211,14 +223,18 @@ def check_core_db(gate: Gate, label: str, prepared: bench_core.Prepared, accepte
             )
         )
         balance = conn.execute(
-            "SELECT available, reserved, paid_out, credited FROM balances WHERE merchant_id = ? AND currency = ?",
+            "SELECT available, reserved, paid_out, credited FROM balances"
+            " WHERE merchant_id = ? AND currency = ?",
             (mid, bench_core.CURRENCY),
         ).fetchone()
         charges = conn.execute(
-            "SELECT merchant_reference FROM collections WHERE merchant_id = ? AND merchant_reference NOT LIKE 'prep-%'",
+            "SELECT merchant_reference FROM collections"
+            " WHERE merchant_id = ? AND merchant_reference NOT LIKE 'prep-%'",
             (mid,),
         ).fetchall()
-        idempotency = conn.execute("SELECT count(*) FROM idempotency WHERE merchant_id = ?", (mid,)).fetchone()[0]
+        idempotency = conn.execute(
+            "SELECT count(*) FROM idempotency WHERE merchant_id = ?", (mid,)
+        ).fetchone()[0]
     finally:
         conn.close()
     replay_keys = set(prepared.replay_keys)
@@ -233,8 +249,8 @@ def check_core_db(gate: Gate, label: str, prepared: bench_core.Prepared, accepte
     gate.check(
         f"{label}: accepted payouts are stored",
         accepted.disburse <= stored <= accepted.disburse + accepted.disburse_in_flight,
-        f"{accepted.disburse} answered 201, {stored} stored (at most {accepted.disburse_in_flight} may have been "
-        "in flight when a run's time ran out)",
+        f"{accepted.disburse} answered 201, {stored} stored (at most {accepted.disburse_in_flight} may have "
+        "been in flight when a run's time ran out)",
     )
     gate.check(
         f"{label}: replays created nothing",
@@ -245,13 +261,16 @@ def check_core_db(gate: Gate, label: str, prepared: bench_core.Prepared, accepte
     gate.check(
         f"{label}: one reservation per payout",
         set(reserves) == references and all(n == 1 for n in reserves.values()),
-        f"{len(references)} payouts, {len(reserves)} reserved references, {sum(reserves.values())} reserve entries",
+        f"{len(references)} payouts, {len(reserves)} reserved references, "
+        f"{sum(reserves.values())} reserve entries",
     )
     unresolved = sum(p[2] for p in payouts if p[3] is None)
     available, reserved, paid_out, credited = balance
     gate.check(
         f"{label}: balances conserved",
-        reserved == unresolved and credited == prepared.funded and available + reserved + paid_out == credited,
+        reserved == unresolved
+        and credited == prepared.funded
+        and available + reserved + paid_out == credited,
         f"available {available} + reserved {reserved} + paid out {paid_out} vs funded {prepared.funded}; "
         f"open payouts {unresolved}",
     )
@@ -289,7 +308,8 @@ def check_run(gate: Gate, label: str, result: LoadResult) -> None:
         gate.check(
             f"{label}: only 2xx",
             False,
-            f"{result.non_2xx} non-2xx answers, {result.socket_errors} socket errors, statuses {result.statuses}",
+            f"{result.non_2xx} non-2xx answers, {result.socket_errors} socket errors, "
+            f"statuses {result.statuses}",
         )
 
 
@@ -312,12 +332,12 @@ class Suite:
         self.servers: list[Server] = []
 
     # load with unique keys and fresh phone numbers for every invocation
-    def workload(self, kind: str, prepared: bench_core.Prepared | None) -> Workload:
+    def workload(self, kind: str, prepared: bench_core.Prepared | None, key: str | None = None) -> Workload:
         self.invocation += 1
         token = "-"
         refs = "-"
         if prepared is not None:
-            token = prepared.tokens[kind]
+            token = prepared.tokens[key or kind]
             if kind == "getref":
                 refs = str(prepared.refs_file)
             elif kind == "replay":
@@ -347,7 +367,10 @@ class Suite:
         plan = self.plan
         prepared = {
             sync: bench_core.prepare_server_db(
-                self.workdir / f"server-{sync}.db", kinds=CORE_KINDS, references=plan.references, replays=plan.replays
+                self.workdir / f"server-{sync}.db",
+                kinds=[*CORE_KINDS, SUSTAINED],
+                references=plan.references,
+                replays=plan.replays,
             )
             for sync in ("FULL", "NORMAL")
         }
@@ -361,6 +384,7 @@ class Suite:
         )
         accepted = {sync: Accepted() for sync in prepared}
         runs: list[dict[str, Any]] = []
+        sustained: list[dict[str, Any]] = []
         profiles: dict[str, Any] = {}
         try:
             servers = {
@@ -381,10 +405,14 @@ class Suite:
                 for kind in CORE_KINDS:
                     targets.append((f"{kind}-{sync}", f"core-{sync}", kind, prepared[sync], sync))
 
-            def one(target: tuple[str, str, str, bench_core.Prepared | None, str | None],
-                    level: int, duration: float) -> LoadResult:
+            def one(
+                target: tuple[str, str, str, bench_core.Prepared | None, str | None],
+                level: int,
+                duration: float,
+                key: str | None = None,
+            ) -> LoadResult:
                 name, server_name, kind, prep, sync = target
-                workload = self.workload(kind, prep)
+                workload = self.workload(kind, prep, key)
                 result = run_load(self.tool, HOST, servers[server_name].port, workload, level, duration)
                 self.after(workload, result)
                 check_run(self.gate, f"{name} c={level}", result)
@@ -423,6 +451,14 @@ class Suite:
                             f"{result.rps:9.0f} req/s  p50 {result.p50_ms:7.1f}  p99 {result.p99_ms:7.1f} ms",
                             flush=True,
                         )
+            for i in range(plan.sustained_runs):
+                result = one(targets[2], 32, plan.sustained_seconds, SUSTAINED)
+                sustained.append(result.to_json())
+                print(
+                    f"sustained POST /v1/disburse (FULL) c=32, {i + 1}/{plan.sustained_runs}: "
+                    f"{result.rps:.0f} req/s, p99 {result.p99_ms:.1f} ms",
+                    flush=True,
+                )
             if self.profile:
                 profiles = self.py_spy(servers["core-FULL"], targets[2], one)
         finally:
@@ -436,6 +472,13 @@ class Suite:
             "runs": runs,
             "summary": bench_report.summarise_http(runs),
             "accepted": {sync: vars(a) for sync, a in accepted.items()},
+            "sustained": {
+                "concurrency": 32,
+                "seconds_per_run": plan.sustained_seconds
+                if self.tool == "python"
+                else max(1, round(plan.sustained_seconds)),
+                "runs": sustained,
+            },
             "profiles": profiles,
         }
 
@@ -472,7 +515,11 @@ class Suite:
             print(f"in-process payouts, synchronous={sync}", flush=True)
             payouts.append(
                 bench_core.compare_payouts(
-                    self.workdir, sync, batch=plan.payout_batch, batches=plan.payout_batches, profile=sync == "NORMAL"
+                    self.workdir,
+                    sync,
+                    batch=plan.payout_batch,
+                    batches=plan.payout_batches,
+                    profile=sync == "NORMAL",
                 )
             )
         print("webhook signing", flush=True)
@@ -487,9 +534,15 @@ class Suite:
         records = bench_core.growth_records(
             self.workdir, *plan.records, batch=plan.growth_batch, reps=plan.growth_reps, synchronous="NORMAL"
         )
-        print(f"growth: {plan.window_payouts[0]:,} and {plan.window_payouts[1]:,} payouts in the windows", flush=True)
+        print(
+            f"growth: {plan.window_payouts[0]:,} and {plan.window_payouts[1]:,} payouts in the windows",
+            flush=True,
+        )
         windows = bench_core.growth_windows(
-            self.workdir, *plan.window_payouts, batch=max(plan.growth_batch // 3, 10), reps=plan.growth_reps,
+            self.workdir,
+            *plan.window_payouts,
+            batch=max(plan.growth_batch // 3, 10),
+            reps=plan.growth_reps,
             synchronous="NORMAL",
         )
         for label in ("records-small", "records-large", "windows-small", "windows-large"):
@@ -503,7 +556,10 @@ class Suite:
         plan = self.plan
         sync = "FULL"
         prep = bench_core.prepare_server_db(
-            self.workdir / "memory.db", kinds=["disburse", "charge", "getref"], references=plan.references, replays=0
+            self.workdir / "memory.db",
+            kinds=["disburse", "charge", "getref"],
+            references=plan.references,
+            replays=0,
         )
         accepted = Accepted()
         samples: list[dict[str, Any]] = []
@@ -514,6 +570,7 @@ class Suite:
             sent = 0
             for goal in plan.memory_requests:
                 todo = goal - sent
+                rates: dict[str, float] = {}
                 for i, kind in enumerate(("disburse", "charge", "getref")):
                     count = todo // 3 + (1 if i < todo % 3 else 0)
                     workload = self.workload(kind, prep)
@@ -525,11 +582,12 @@ class Suite:
                     elif kind == "charge":
                         accepted.charge += result.requests - result.non_2xx
                     sent += result.requests
+                    rates[kind] = result.rps
                 time.sleep(1.0)
                 rss = server.rss_kb()
                 samples.append(
                     {"requests": sent, "rss_mb": rss["VmRSS"] / 1024, "hwm_mb": rss["VmHWM"] / 1024,
-                     "threads": rss["Threads"]}
+                     "threads": rss["Threads"], "rps": rates}
                 )  # fmt: skip
                 print(f"memory: {sent:,} requests, RSS {rss['VmRSS'] / 1024:.1f} MB", flush=True)
         finally:
@@ -600,19 +658,31 @@ def machine() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="seconds, small counts: checks that it runs (CI)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="seconds, small counts: checks that it runs (CI)"
+    )
     parser.add_argument("--load-generator", choices=["auto", "wrk", "python"], default="auto")
     parser.add_argument("--results-dir", type=Path, default=DEFAULT_RESULTS)
-    parser.add_argument("--workdir", type=Path, default=None, help="where the databases go (default: a temp dir)")
+    parser.add_argument(
+        "--workdir", type=Path, default=None, help="where the databases go (default: a temp dir)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the databases")
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--duration", type=float, default=None, help="seconds per HTTP run")
     parser.add_argument("--concurrency", default=None, help="comma-separated, e.g. 1,8,32,128")
     parser.add_argument("--records", type=int, default=None, help="the large record count (default 10^6)")
-    parser.add_argument("--profile", action=argparse.BooleanOptionalAction, default=None,
-                        help="py-spy the FULL server under POST /v1/disburse (default: on in a full run)")
-    parser.add_argument("--only", default="http,inprocess,growth,memory", help="parts to run, comma-separated")
+    parser.add_argument(
+        "--profile",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="py-spy the FULL server under POST /v1/disburse (default: on in a full run)",
+    )
+    parser.add_argument(
+        "--only", default="http,inprocess,growth,memory", help="parts to run, comma-separated"
+    )
     args = parser.parse_args(argv)
 
     plan = QUICK if args.quick else FULL
@@ -654,11 +724,16 @@ def main(argv: list[str] | None = None) -> int:
             "uvicorn": uvicorn.__version__,
             "uvicorn_loop": loop,
             "uvicorn_http": parser_name,
-            "load_generator": "wrk -t1 (load.lua)" if tool == "wrk" else "Python asyncio generator (bench_load.py)",
+            "load_generator": "wrk -t1 (load.lua)"
+            if tool == "wrk"
+            else "Python asyncio generator (bench_load.py)",
             "workdir": str(workdir),
         }
     }
-    print(f"benchmarks: {'quick' if plan.quick else 'full'} run, load by {tool}, databases in {workdir}", flush=True)
+    print(
+        f"benchmarks: {'quick' if plan.quick else 'full'} run, load by {tool}, databases in {workdir}",
+        flush=True,
+    )
     suite = Suite(plan, tool, workdir, results_dir, profile)
     status = 0
     try:
