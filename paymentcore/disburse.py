@@ -379,16 +379,7 @@ class Disburse:
                 return
             now = deps.clock.now()
             if outcome is NetworkOutcome.FAILED:
-                check_transition(PAYOUT_TRANSITIONS, payout.status, PayoutStatus.FAILED, "payout")
-                failed = attrs.evolve(
-                    payout,
-                    status=PayoutStatus.FAILED,
-                    status_reason=reason or "The network refused the payout.",
-                    next_check_at=None,
-                    updated_at=now,
-                )
-                tx.update_payout(failed)
-                self._emit(tx, failed, "disburse.failed", now)
+                self._fail(tx, payout, reason or "The network refused the payout.", now)
                 return
             check_transition(PAYOUT_TRANSITIONS, payout.status, PayoutStatus.SENT, "payout")
             sent = attrs.evolve(
@@ -416,16 +407,7 @@ class Disburse:
             if outcome is NetworkOutcome.SUCCESS:
                 self._pay(tx, payout, now, reason=None)
             elif outcome is NetworkOutcome.FAILED:
-                check_transition(PAYOUT_TRANSITIONS, payout.status, PayoutStatus.FAILED, "payout")
-                failed = attrs.evolve(
-                    payout,
-                    status=PayoutStatus.FAILED,
-                    status_reason=reason or "The network did not complete the payout.",
-                    next_check_at=None,
-                    updated_at=now,
-                )
-                tx.update_payout(failed)
-                self._emit(tx, failed, "disburse.failed", now)
+                self._fail(tx, payout, reason or "The network did not complete the payout.", now)
             else:
                 tx.update_payout(
                     attrs.evolve(payout, next_check_at=now + int(deps.config.poll_interval_seconds * 1000))
@@ -457,6 +439,15 @@ class Disburse:
         tx.update_payout(paid)
         self._emit(tx, paid, "disburse.succeeded", now)
         return paid
+
+    def _fail(self, tx: Transaction, payout: Payout, reason: str, now: int) -> None:
+        """PENDING or SENT -> FAILED: the money stays reserved until the payout is resolved."""
+        check_transition(PAYOUT_TRANSITIONS, payout.status, PayoutStatus.FAILED, "payout")
+        failed = attrs.evolve(
+            payout, status=PayoutStatus.FAILED, status_reason=reason, next_check_at=None, updated_at=now
+        )
+        tx.update_payout(failed)
+        self._emit(tx, failed, "disburse.failed", now)
 
     def _release_money(self, tx: Transaction, payout: Payout, now: int) -> None:
         if payout.resolution is not None:

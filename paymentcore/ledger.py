@@ -22,6 +22,7 @@ import attrs
 
 from paymentcore.errors import InsufficientBalanceError
 from paymentcore.models import Balance, LedgerEntry, LedgerLeg
+from paymentcore.money import minor_to_decimal
 from paymentcore.ports import Transaction
 
 
@@ -93,6 +94,43 @@ def credit(
     )
 
 
+def _move(
+    tx: Transaction,
+    *,
+    entry_id: str,
+    merchant_id: str,
+    currency: str,
+    amount: int,
+    reference: str,
+    now: int,
+    kind: str,
+    source: str,
+    target: str,
+) -> Balance:
+    """Move ``amount`` between two of the merchant's accounts (available, reserved, paid_out)."""
+    if amount <= 0:
+        raise ValueError(f"a {kind} moves a positive amount")
+    balance = tx.get_balance(merchant_id, currency)
+    held: int = getattr(balance, source)
+    if held < amount:
+        raise LedgerInvariantError(f"{kind} of {amount} with only {held} in {source}")
+    legs = (
+        LedgerLeg(_account(merchant_id, source), -amount),
+        LedgerLeg(_account(merchant_id, target), amount),
+    )
+    moved = attrs.evolve(balance, **{source: held - amount, target: getattr(balance, target) + amount})
+    return _write(
+        tx,
+        entry_id=entry_id,
+        balance=balance,
+        kind=kind,
+        reference=reference,
+        legs=legs,
+        now=now,
+        new_balance=moved,
+    )
+
+
 def reserve(
     tx: Transaction,
     *,
@@ -104,36 +142,19 @@ def reserve(
     now: int,
     decimals: int,
 ) -> Balance:
-    """Move ``amount`` from available to reserved, or raise INSUFFICIENT_BALANCE."""
-    from paymentcore.money import minor_to_decimal
-
-    balance = tx.get_balance(merchant_id, currency)
-    if amount <= 0:
-        raise ValueError("a reservation moves a positive amount")
-    if balance.available < amount:
-        available = minor_to_decimal(balance.available, decimals)
-        required = minor_to_decimal(amount, decimals)
+    """A payout is created: available -> reserved, or INSUFFICIENT_BALANCE."""
+    available = tx.get_balance(merchant_id, currency).available
+    if available < amount:
+        have, need = minor_to_decimal(available, decimals), minor_to_decimal(amount, decimals)
         raise InsufficientBalanceError(
-            f"The available {currency} balance is {available}; this payout needs {required}.",
+            f"The available {currency} balance is {have}; this payout needs {need}.",
             param="amount",
-            details={"available": available, "required": required, "currency": currency},
+            details={"available": have, "required": need, "currency": currency},
         )
-    legs = (
-        LedgerLeg(_account(merchant_id, "available"), -amount),
-        LedgerLeg(_account(merchant_id, "reserved"), amount),
-    )
-    return _write(
-        tx,
-        entry_id=entry_id,
-        balance=balance,
-        kind="reserve",
-        reference=reference,
-        legs=legs,
-        now=now,
-        new_balance=attrs.evolve(
-            balance, available=balance.available - amount, reserved=balance.reserved + amount
-        ),
-    )
+    return _move(
+        tx, entry_id=entry_id, merchant_id=merchant_id, currency=currency, amount=amount,
+        reference=reference, now=now, kind="reserve", source="available", target="reserved",
+    )  # fmt: skip
 
 
 def post(
@@ -146,25 +167,11 @@ def post(
     reference: str,
     now: int,
 ) -> Balance:
-    balance = tx.get_balance(merchant_id, currency)
-    if balance.reserved < amount:
-        raise LedgerInvariantError(f"posting {amount} with only {balance.reserved} reserved")
-    legs = (
-        LedgerLeg(_account(merchant_id, "reserved"), -amount),
-        LedgerLeg(_account(merchant_id, "paid_out"), amount),
-    )
-    return _write(
-        tx,
-        entry_id=entry_id,
-        balance=balance,
-        kind="post",
-        reference=reference,
-        legs=legs,
-        now=now,
-        new_balance=attrs.evolve(
-            balance, reserved=balance.reserved - amount, paid_out=balance.paid_out + amount
-        ),
-    )
+    """A payout is paid: reserved -> paid_out."""
+    return _move(
+        tx, entry_id=entry_id, merchant_id=merchant_id, currency=currency, amount=amount,
+        reference=reference, now=now, kind="post", source="reserved", target="paid_out",
+    )  # fmt: skip
 
 
 def release(
@@ -177,25 +184,11 @@ def release(
     reference: str,
     now: int,
 ) -> Balance:
-    balance = tx.get_balance(merchant_id, currency)
-    if balance.reserved < amount:
-        raise LedgerInvariantError(f"releasing {amount} with only {balance.reserved} reserved")
-    legs = (
-        LedgerLeg(_account(merchant_id, "reserved"), -amount),
-        LedgerLeg(_account(merchant_id, "available"), amount),
-    )
-    return _write(
-        tx,
-        entry_id=entry_id,
-        balance=balance,
-        kind="release",
-        reference=reference,
-        legs=legs,
-        now=now,
-        new_balance=attrs.evolve(
-            balance, available=balance.available + amount, reserved=balance.reserved - amount
-        ),
-    )
+    """A payout is rejected or its money returned: reserved -> available."""
+    return _move(
+        tx, entry_id=entry_id, merchant_id=merchant_id, currency=currency, amount=amount,
+        reference=reference, now=now, kind="release", source="reserved", target="available",
+    )  # fmt: skip
 
 
 def check_invariant(tx: Transaction, merchant_id: str, currency: str) -> Balance:

@@ -103,18 +103,23 @@ def payout_record(payout: Payout, *, catalogue: Catalogue) -> dict[str, Any]:
     }
 
 
+_EVENT_FIELDS = (
+    "reference",
+    "status",
+    "amount",
+    "currency",
+    "phone",
+    "recipientName",
+    "merchantReference",
+    "providerReference",
+    "statusReason",
+)
+
+
 def payout_event_data(payout: Payout, *, catalogue: Catalogue) -> dict[str, Any]:
-    return {
-        "reference": payout.reference,
-        "status": payout.status.value,
-        "amount": amount(catalogue, payout.amount, payout.currency),
-        "currency": payout.currency,
-        "phone": payout.phone,
-        "recipientName": payout.recipient_name,
-        "merchantReference": payout.merchant_reference,
-        "providerReference": payout.provider_reference,
-        "statusReason": payout.status_reason,
-    }
+    """The ``data`` of a disbursement event: the payout record's fields the spec lists for it."""
+    record = payout_record(payout, catalogue=catalogue)
+    return {name: record[name] for name in _EVENT_FIELDS}
 
 
 def collection_event_data(collection: Collection, *, catalogue: Catalogue, now: int) -> dict[str, Any]:
