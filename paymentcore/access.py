@@ -61,47 +61,49 @@ class RateState:
     reset_seconds: int
 
 
+class _Window:
+    """The times of the requests counted in one sliding window (oldest first)."""
+
+    def __init__(self, length_ms: int) -> None:
+        self.length_ms = length_ms
+        self.hits: deque[int] = deque()
+
+    def expire(self, now: int) -> None:
+        while self.hits and self.hits[0] <= now - self.length_ms:
+            self.hits.popleft()
+
+    def retry_after(self, ceiling: int, now: int) -> int:
+        """Seconds until enough of the oldest hits leave for one more request to fit."""
+        index = max(0, len(self.hits) - ceiling)
+        return max(1, -(-(self.hits[index] + self.length_ms - now) // 1000))
+
+
 class RateLimiter:
-    """Sliding one-minute and one-hour windows per key, in memory."""
+    """Sliding one-minute and one-hour windows per key, in memory; O(1) per request."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._hits: dict[str, deque[int]] = {}
+        self._windows: dict[str, tuple[_Window, _Window]] = {}
 
     def hit(self, key: ApiKey, now: int) -> RateState:
         """Count one request or raise RATE_LIMITED (a refused request is not counted)."""
         with self._lock:
-            hits = self._hits.setdefault(key.id, deque())
-            while hits and hits[0] <= now - 3_600_000:
-                hits.popleft()
-            in_minute = 0
-            oldest_in_minute = now
-            for stamp in reversed(hits):
-                if stamp <= now - 60_000:
-                    break
-                in_minute += 1
-                oldest_in_minute = stamp
-            if in_minute >= key.per_minute:
-                retry = max(1, -(-(oldest_in_minute + 60_000 - now) // 1000))
-                raise RateLimitedError(
-                    f"Rate limit of {key.per_minute} requests per minute exceeded for this API key.",
-                    retry_after=retry,
-                    limit=key.per_minute,
-                )
-            if len(hits) >= key.per_hour:
-                # the oldest hit that must expire to make room
-                index = len(hits) - key.per_hour
-                retry = max(1, -(-(hits[index] + 3_600_000 - now) // 1000))
-                raise RateLimitedError(
-                    f"Rate limit of {key.per_hour} requests per hour exceeded for this API key.",
-                    retry_after=retry,
-                    limit=key.per_hour,
-                )
-            hits.append(now)
+            minute, hour = self._windows.setdefault(key.id, (_Window(60_000), _Window(3_600_000)))
+            minute.expire(now)
+            hour.expire(now)
+            for window, ceiling, name in ((minute, key.per_minute, "minute"), (hour, key.per_hour, "hour")):
+                if len(window.hits) >= ceiling:
+                    raise RateLimitedError(
+                        f"Rate limit of {ceiling} requests per {name} exceeded for this API key.",
+                        retry_after=window.retry_after(ceiling, now),
+                        limit=ceiling,
+                    )
+            minute.hits.append(now)
+            hour.hits.append(now)
             return RateState(
                 limit=key.per_minute,
-                remaining=max(0, key.per_minute - in_minute - 1),
-                reset_seconds=max(1, -(-(oldest_in_minute + 60_000 - now) // 1000)),
+                remaining=max(0, key.per_minute - len(minute.hits)),
+                reset_seconds=max(1, -(-(minute.hits[0] + 60_000 - now) // 1000)),
             )
 
 
