@@ -193,6 +193,33 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX idempotency_age ON idempotency (created_at);
     """,
+    # 2: hourly sums of the payouts that count against the rolling limits, kept by triggers, so the
+    # 24-hour and 7-day windows cost at most 168 bucket rows plus one partial hour of payouts
+    """
+    CREATE TABLE payout_spend (
+        merchant_id TEXT NOT NULL,
+        currency TEXT NOT NULL,
+        hour INTEGER NOT NULL,
+        amount INTEGER NOT NULL CHECK (amount >= 0),
+        PRIMARY KEY (merchant_id, currency, hour)
+    );
+    INSERT INTO payout_spend (merchant_id, currency, hour, amount)
+        SELECT merchant_id, currency, created_at / 3600000, sum(amount) FROM payouts
+        WHERE status != 'REJECTED' GROUP BY merchant_id, currency, created_at / 3600000;
+    CREATE TRIGGER payout_spend_insert AFTER INSERT ON payouts WHEN new.status != 'REJECTED'
+    BEGIN
+        INSERT INTO payout_spend (merchant_id, currency, hour, amount)
+            VALUES (new.merchant_id, new.currency, new.created_at / 3600000, new.amount)
+            ON CONFLICT (merchant_id, currency, hour) DO UPDATE SET amount = amount + excluded.amount;
+    END;
+    CREATE TRIGGER payout_spend_rejected AFTER UPDATE OF status ON payouts
+        WHEN old.status != 'REJECTED' AND new.status = 'REJECTED'
+    BEGIN
+        UPDATE payout_spend SET amount = amount - old.amount
+            WHERE merchant_id = old.merchant_id AND currency = old.currency
+            AND hour = old.created_at / 3600000;
+    END;
+    """,
 )
 
 
@@ -425,10 +452,16 @@ class SqliteTransaction:
         )
 
     def spent(self, merchant_id: str, currency: str, since: int) -> int:
+        # whole hours after the one holding `since` come from the trigger-kept buckets; that first,
+        # partial hour is summed exactly from the payouts themselves
+        next_hour = (since // 3_600_000 + 1) * 3_600_000
         row = self._conn.execute(
-            "SELECT coalesce(sum(amount), 0) FROM payouts WHERE merchant_id = ? AND currency = ?"
-            " AND created_at >= ? AND status IN ('PENDING', 'SENT', 'PAID', 'FAILED')",
-            (merchant_id, currency, since),
+            "SELECT (SELECT coalesce(sum(amount), 0) FROM payout_spend"
+            "        WHERE merchant_id = ?1 AND currency = ?2 AND hour >= ?4 / 3600000)"
+            " + (SELECT coalesce(sum(amount), 0) FROM payouts"
+            "        WHERE merchant_id = ?1 AND currency = ?2 AND created_at >= ?3 AND created_at < ?4"
+            "        AND status IN ('PENDING', 'SENT', 'PAID', 'FAILED'))",
+            (merchant_id, currency, since, next_hour),
         ).fetchone()
         return int(row[0])
 
