@@ -9,9 +9,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
+import attrs
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -126,29 +127,58 @@ async def read_body(request: Request) -> bytes:
     return b"".join(chunks)
 
 
-async def json_body(request: Request) -> Any:
-    raw = await read_body(request)
-    if not raw.strip():
-        raise InvalidRequestError("The body must be a JSON object.")
-    return parse_json(raw)
+@attrs.frozen
+class Call:
+    """One authenticated request, as the handlers see it (run in a worker thread)."""
+
+    who: Principal
+    raw: bytes
+    idempotency_key: str | None
+    params: Mapping[str, str]
+
+    def body(self) -> Any:
+        if not self.raw.strip():
+            raise InvalidRequestError("The body must be a JSON object.")
+        return parse_json(self.raw)
+
+    @property
+    def merchant_id(self) -> str:
+        return self.who.merchant.id
+
+
+Work = Callable[[Call], Reply]
 
 
 class Api:
-    """The routes, bound to one core."""
+    """The routes, bound to one core. Each request costs one hop to a worker thread: authentication,
+    rate limiting, parsing and the service call all run there, in that order."""
 
     def __init__(self, core: PaymentCore) -> None:
         self.core = core
 
     # --- plumbing --------------------------------------------------------------------------------
 
-    async def _auth(self, request: Request) -> tuple[Principal, RateState]:
-        header = request.headers.get("authorization", "")
-        scheme, _, token = header.partition(" ")
+    def _serve(
+        self,
+        authorization: str,
+        idempotency_header: str | None,
+        raw: bytes,
+        params: Mapping[str, str],
+        work: Work,
+        scope: KeyScope | None,
+        transact: bool,
+    ) -> tuple[Reply, RateState]:
+        scheme, _, token = authorization.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise UnauthorizedError()
-        principal = await run_in_threadpool(self.core.access.authenticate, token.strip())
+        principal = self.core.access.authenticate(token.strip())
         state = self.core.access.rate(principal)
-        return principal, state
+        if scope is not None:
+            principal.require(scope)
+        if transact:
+            principal.require_approved()
+        key = check_key(idempotency_header)
+        return work(Call(principal, raw, key, params)), state
 
     @staticmethod
     def _rate_headers(state: RateState) -> dict[str, str]:
@@ -160,7 +190,7 @@ class Api:
 
     def endpoint(
         self,
-        work: Callable[[Request, Principal], Awaitable[Reply]],
+        work: Work,
         *,
         scope: KeyScope | None = None,
         transact: bool = False,
@@ -168,12 +198,17 @@ class Api:
     ) -> Handler:
         async def handle(request: Request) -> Response:
             try:
-                principal, state = await self._auth(request)
-                if scope is not None:
-                    principal.require(scope)
-                if transact:
-                    principal.require_approved()
-                reply = await work(request, principal)
+                raw = await read_body(request) if request.method in ("POST", "PUT") else b""
+                reply, state = await run_in_threadpool(
+                    self._serve,
+                    request.headers.get("authorization", ""),
+                    request.headers.get("idempotency-key"),
+                    raw,
+                    request.path_params,
+                    work,
+                    scope,
+                    transact,
+                )
             except PaymentError as error:
                 return error_response(request, error)
             headers = self._rate_headers(state)
@@ -185,54 +220,37 @@ class Api:
 
     # --- collect ---------------------------------------------------------------------------------
 
-    async def charge(self, request: Request, who: Principal) -> Reply:
-        key = check_key(request.headers.get("idempotency-key"))
-        body = await json_body(request)
-        return await run_in_threadpool(
-            lambda: self.core.collect.charge(who.merchant.id, body, idempotency_key=key)
-        )
+    def charge(self, call: Call) -> Reply:
+        return self.core.collect.charge(call.merchant_id, call.body(), idempotency_key=call.idempotency_key)
 
-    def checkout_handler(self, *, legacy: bool) -> Callable[[Request, Principal], Awaitable[Reply]]:
-        async def checkout(request: Request, who: Principal) -> Reply:
-            key = check_key(request.headers.get("idempotency-key"))
-            body = await json_body(request)
-            return await run_in_threadpool(
-                lambda: self.core.collect.checkout(who.merchant.id, body, idempotency_key=key, legacy=legacy)
+    def checkout_handler(self, *, legacy: bool) -> Work:
+        def checkout(call: Call) -> Reply:
+            return self.core.collect.checkout(
+                call.merchant_id, call.body(), idempotency_key=call.idempotency_key, legacy=legacy
             )
 
         return checkout
 
-    async def get_collection(self, request: Request, who: Principal) -> Reply:
-        reference = request.path_params["reference"]
-        body = await run_in_threadpool(self.core.collect.get, who.merchant.id, reference)
-        return Reply(200, body)
+    def get_collection(self, call: Call) -> Reply:
+        return Reply(200, self.core.collect.get(call.merchant_id, call.params["reference"]))
 
     # --- disburse --------------------------------------------------------------------------------
 
-    async def disburse(self, request: Request, who: Principal) -> Reply:
-        key = check_key(request.headers.get("idempotency-key"))
-        body = await json_body(request)
-        return await run_in_threadpool(
-            lambda: self.core.disburse.create(who.merchant.id, body, idempotency_key=key)
-        )
+    def disburse(self, call: Call) -> Reply:
+        return self.core.disburse.create(call.merchant_id, call.body(), idempotency_key=call.idempotency_key)
 
-    async def get_payout(self, request: Request, who: Principal) -> Reply:
-        reference = request.path_params["reference"]
-        body = await run_in_threadpool(self.core.disburse.get, who.merchant.id, reference)
-        return Reply(200, body)
+    def get_payout(self, call: Call) -> Reply:
+        return Reply(200, self.core.disburse.get(call.merchant_id, call.params["reference"]))
 
-    async def disburse_limits(self, request: Request, who: Principal) -> Reply:
-        currency = request.path_params["currency"]
-        body = await run_in_threadpool(self.core.disburse.limits, who.merchant.id, currency)
-        return Reply(200, body)
+    def disburse_limits(self, call: Call) -> Reply:
+        return Reply(200, self.core.disburse.limits(call.merchant_id, call.params["currency"]))
 
-    async def balances(self, request: Request, who: Principal) -> Reply:
-        balances = await run_in_threadpool(self.core.operator.balances, who.merchant.id)
-        return Reply(200, {"balances": balances})
+    def balances(self, call: Call) -> Reply:
+        return Reply(200, {"balances": self.core.operator.balances(call.merchant_id)})
 
     # --- discovery -------------------------------------------------------------------------------
 
-    async def countries(self, request: Request, who: Principal) -> Reply:
+    def countries(self, call: Call) -> Reply:
         cat = self.core.catalogue
         rows = []
         for country in cat.countries.values():
@@ -251,14 +269,14 @@ class Api:
             rows.append(row)
         return Reply(200, rows)  # type: ignore[arg-type]
 
-    async def providers(self, request: Request, who: Principal) -> Reply:
+    def providers(self, call: Call) -> Reply:
         rows = [
             {"provider": p.code, "name": p.name, "method": p.method, "country": p.country}
             for p in self.core.catalogue.providers.values()
         ]
         return Reply(200, rows)  # type: ignore[arg-type]
 
-    async def limits(self, request: Request, who: Principal) -> Reply:
+    def limits(self, call: Call) -> Reply:
         rows = [
             {
                 "currency": c.code,
@@ -270,7 +288,7 @@ class Api:
         ]
         return Reply(200, rows)  # type: ignore[arg-type]
 
-    async def account_providers(self, request: Request, who: Principal) -> Reply:
+    def account_providers(self, call: Call) -> Reply:
         rows = [
             {
                 "provider": p.code,
@@ -285,8 +303,8 @@ class Api:
         ]
         return Reply(200, rows)  # type: ignore[arg-type]
 
-    async def channels(self, request: Request, who: Principal) -> Reply:
-        blocked = who.merchant.blocked_providers
+    def channels(self, call: Call) -> Reply:
+        blocked = call.who.merchant.blocked_providers
         rows = [
             {
                 "providerCode": p.code,
@@ -302,19 +320,16 @@ class Api:
 
     # --- webhooks --------------------------------------------------------------------------------
 
-    def register_handler(self, *, legacy: bool) -> Callable[[Request, Principal], Awaitable[Reply]]:
-        async def register(request: Request, who: Principal) -> Reply:
-            key = check_key(request.headers.get("idempotency-key"))
-            body = await json_body(request)
-            return await run_in_threadpool(
-                lambda: self.core.webhooks.register(who.merchant.id, body, legacy=legacy, idempotency_key=key)
+    def register_handler(self, *, legacy: bool) -> Work:
+        def register(call: Call) -> Reply:
+            return self.core.webhooks.register(
+                call.merchant_id, call.body(), legacy=legacy, idempotency_key=call.idempotency_key
             )
 
         return register
 
-    async def get_webhook(self, request: Request, who: Principal) -> Reply:
-        body = await run_in_threadpool(self.core.webhooks.get, who.merchant.id)
-        return Reply(200, body)
+    def get_webhook(self, call: Call) -> Reply:
+        return Reply(200, self.core.webhooks.get(call.merchant_id))
 
     # --- table -----------------------------------------------------------------------------------
 
