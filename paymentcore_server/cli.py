@@ -108,13 +108,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-worker", action="store_true", help="leave background work to `paymentcore worker`"
     )
     serve.add_argument("--synchronous", default="FULL", choices=["FULL", "NORMAL"])
-    serve.add_argument("--workers", type=int, default=1, help=argparse.SUPPRESS)
 
     worker = sub.add_parser("worker", parents=[common], help="run the background work alone")
     worker.add_argument("--sandbox-delay", type=float, default=2.0)
     worker.add_argument("--webhook-retry-delays", default=None)
     worker.add_argument("--allow-private-webhooks", action="store_true")
     worker.add_argument("--public-url", default=None)
+    worker.add_argument("--synchronous", default="FULL", choices=["FULL", "NORMAL"])
 
     merchant = sub.add_parser("merchant", help="merchants").add_subparsers(dest="action", required=True)
     m_create = merchant.add_parser("create", parents=[common])
