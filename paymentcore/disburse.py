@@ -417,17 +417,7 @@ class Disburse:
 
     def _pay(self, tx: Transaction, payout: Payout, now: int, *, reason: str | None) -> Payout:
         check_transition(PAYOUT_TRANSITIONS, payout.status, PayoutStatus.PAID, "payout")
-        if payout.resolution is not None:
-            raise InvalidTransitionError(f"Payout {payout.reference} is already resolved.")
-        ledger.post(
-            tx,
-            entry_id=self._deps.refs.token("led"),
-            merchant_id=payout.merchant_id,
-            currency=payout.currency,
-            amount=payout.amount,
-            reference=payout.reference,
-            now=now,
-        )
+        self._resolve_money(tx, payout, ledger.post, now)
         paid = attrs.evolve(
             payout,
             status=PayoutStatus.PAID,
@@ -450,9 +440,13 @@ class Disburse:
         self._emit(tx, failed, "disburse.failed", now)
 
     def _release_money(self, tx: Transaction, payout: Payout, now: int) -> None:
+        self._resolve_money(tx, payout, ledger.release, now)
+
+    def _resolve_money(self, tx: Transaction, payout: Payout, movement: Any, now: int) -> None:
+        """Post or release a payout's reservation: at most once per payout."""
         if payout.resolution is not None:
             raise InvalidTransitionError(f"Payout {payout.reference} is already resolved.")
-        ledger.release(
+        movement(
             tx,
             entry_id=self._deps.refs.token("led"),
             merchant_id=payout.merchant_id,
