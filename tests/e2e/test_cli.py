@@ -31,22 +31,8 @@ from paymentcore.errors import (
 )
 from paymentcore.testing import fund
 
-LIMITS_FIELDS = {
-    "currency",
-    "enabled",
-    "platformEnabled",
-    "configured",
-    "blockedBy",
-    "message",
-    "perTransaction",
-    "perDay",
-    "perWeek",
-    "reviewThreshold",
-    "spentToday",
-    "spentThisWeek",
-    "remainingToday",
-    "remainingThisWeek",
-}
+from test_disburse_http import LIMIT_FIELDS
+
 UNKNOWN_MERCHANT = "mer_000000000000000000000000"
 
 
@@ -256,7 +242,7 @@ def test_limits_set_and_clear(db: Path, core: PaymentCore) -> None:
 
     flags = ("--per-transaction", "5000", "--per-day", "20000", "--per-week", "none")
     record = ok(db, "limits", "set", mid, "XAF", *flags, "--review-threshold", "3000")
-    assert set(record) >= LIMITS_FIELDS, record
+    assert set(record) >= LIMIT_FIELDS, record
     assert record["currency"] == "XAF"
     assert (record["enabled"], record["platformEnabled"], record["configured"]) == (True, True, True)
     assert (record["blockedBy"], record["message"]) == (None, None)
@@ -272,7 +258,7 @@ def test_limits_set_and_clear(db: Path, core: PaymentCore) -> None:
 
     # only the flags given change; `none` clears one
     cleared = ok(db, "limits", "set", mid, "XAF", "--per-day", "none", "--per-week", "60000")
-    assert set(cleared) >= LIMITS_FIELDS
+    assert set(cleared) >= LIMIT_FIELDS
     assert cleared["perDay"] is None and cleared["remainingToday"] is None
     assert money(cleared["perWeek"]) == 60000
     assert money(cleared["remainingThisWeek"]) == 60000
