@@ -81,6 +81,7 @@ class PaymentCore:
         self.webhooks = Webhooks(self.deps, idem)
         self._worker: threading.Thread | None = None
         self._stop = threading.Event()
+        self._next_purge = 0  # when tick() next drops expired idempotency records
 
     # --- construction ----------------------------------------------------------------------------
 
@@ -155,8 +156,11 @@ class PaymentCore:
         done = self.collect.process_due()
         done += self.disburse.process_due()
         done += self.webhooks.process_due()
-        with self.store.transaction() as tx:
-            tx.purge_idempotency(self.clock.now() - self.config.idempotency_retention_hours * 3_600_000)
+        now = self.clock.now()
+        if now >= self._next_purge:  # once a minute, not on every round: it takes the write lock
+            with self.store.transaction() as tx:
+                tx.purge_idempotency(now - self.config.idempotency_retention_hours * 3_600_000)
+            self._next_purge = now + 60_000
         return done
 
     def run_until_idle(self, max_rounds: int = 50) -> None:
@@ -200,7 +204,3 @@ class PaymentCore:
         if callable(close):
             close()
         self.store.close()
-
-
-def replace_config(config: Config, **changes: Any) -> Config:
-    return attrs.evolve(config, **changes)

@@ -14,7 +14,6 @@ outbox event.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -475,8 +474,3 @@ def lightning_invoice(collection: Collection) -> str:
 
     digest = hashlib.sha256(collection.reference.encode()).hexdigest()
     return f"lnbcrt{collection.charged_amount}n1sandbox{digest[:48]}"
-
-
-def body_of(**fields: Any) -> Mapping[str, Any]:
-    """A request body from keyword arguments, dropping the ones left as None (library helper)."""
-    return {k: v for k, v in fields.items() if v is not None}

@@ -243,6 +243,22 @@ def _operation(
 def _components() -> dict[str, Any]:
     money = {"type": "number", "description": "An amount in the currency's units (not minor units)."}
     timestamp = _string(format="date-time", pattern=TIMESTAMP_PATTERN, example="2026-01-01T00:00:00.000Z")
+    collection: dict[str, Any] = {
+        "reference": _string(pattern=COLLECTION_REFERENCE_PATTERN),
+        "status": _schema("CollectionStatus"),
+        "amount": money,
+        "currency": _string(),
+        "requestedAmount": money,
+        "requestedCurrency": _string(),
+        "description": _string(),
+        "merchantReference": _nullable(_string()),
+        "checkoutUrl": _nullable(_string(format="uri")),
+        "method": _nullable(_string(enum=["MOBILE_MONEY", "CARD", "CRYPTO", None])),
+        "providerCode": _nullable(_string()),
+        "expiresAt": timestamp,
+        "createdAt": timestamp,
+        "failureCategory": _nullable(_string()),
+    }
     amount_in = {
         "type": "number",
         "minimum": 0,
@@ -357,39 +373,9 @@ def _components() -> dict[str, Any]:
             },
             required=["url"],
         ),
-        "CollectionRecord": _exact_object(
-            {
-                "reference": _string(pattern=COLLECTION_REFERENCE_PATTERN),
-                "status": _schema("CollectionStatus"),
-                "amount": money,
-                "currency": _string(),
-                "requestedAmount": money,
-                "requestedCurrency": _string(),
-                "description": _string(),
-                "merchantReference": _nullable(_string()),
-                "checkoutUrl": _nullable(_string(format="uri")),
-                "method": _nullable(_string(enum=["MOBILE_MONEY", "CARD", "CRYPTO", None])),
-                "providerCode": _nullable(_string()),
-                "expiresAt": timestamp,
-                "createdAt": timestamp,
-                "failureCategory": _nullable(_string()),
-            }
-        ),
+        "CollectionRecord": _exact_object(collection),
         "LegacyCollectionRecord": _exact_object(
-            {
-                "reference": _string(pattern=COLLECTION_REFERENCE_PATTERN),
-                "status": _schema("CollectionStatus"),
-                "amount": money,
-                "currency": _string(),
-                "requestedAmount": money,
-                "requestedCurrency": _string(),
-                "description": _string(),
-                "merchantReference": _nullable(_string()),
-                "checkoutUrl": _nullable(_string(format="uri")),
-                "expiresAt": timestamp,
-                "createdAt": timestamp,
-                "failureCategory": _nullable(_string()),
-            },
+            {name: schema for name, schema in collection.items() if name not in ("method", "providerCode")},
             description="The Collection record of a payment created through POST /v1/payments: "
             "no method and no providerCode.",
         ),
