@@ -13,6 +13,7 @@ httptools when installed (the ``bench`` extra), asyncio and h11 otherwise.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -37,18 +38,8 @@ UVICORN_FLAGS: dict[str, Any] = {
 
 def event_loop_and_parser() -> tuple[str, str]:
     """What uvicorn's ``auto`` settles on in this environment."""
-    try:
-        import uvloop  # noqa: F401
-
-        loop = "uvloop"
-    except ImportError:
-        loop = "asyncio"
-    try:
-        import httptools  # noqa: F401
-
-        http = "httptools"
-    except ImportError:
-        http = "h11"
+    loop = "uvloop" if importlib.util.find_spec("uvloop") is not None else "asyncio"
+    http = "httptools" if importlib.util.find_spec("httptools") is not None else "h11"
     return loop, http
 
 

@@ -16,7 +16,7 @@ def readme_commands() -> list[str]:
 def test_readme_has_exactly_the_two_set_up_commands() -> None:
     serve, test = readme_commands()
     assert "paymentcore serve --demo" in serve and "pip install ." in serve
-    assert "pip install -e '.[test]'" in test and "pytest" in test
+    assert "pip install -c constraints.txt -e '.[test]'" in test and "pytest" in test
     assert "mypy" in test and "ruff check" in test
 
 
