@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from paymentcore import Config, PaymentCore
+from paymentcore import Config, PaymentCore, Payout
 from paymentcore.signing import signature
 from paymentcore.testing import fund
 
@@ -57,9 +57,16 @@ def open_core(db: Path, synchronous: str = "FULL", **config: Any) -> PaymentCore
     return PaymentCore.sqlite(db, synchronous=synchronous, sender=None, config=Config(**config))
 
 
-def payout_request(key: str) -> dict[str, Any]:
-    """The parsed body of the payouts the load sends (see bench_load.payout_body)."""
-    return {"amount": AMOUNT, "currency": CURRENCY, "phone": PAYOUT_PHONE, "merchantReference": key}
+def create_payout(core: PaymentCore, merchant_id: str, key: str) -> Payout:
+    """The payout the load sends (see bench_load.payout_body), as the server makes it from that body."""
+    return core.disburse.create(
+        merchant_id,
+        amount=AMOUNT,
+        currency=CURRENCY,
+        phone=PAYOUT_PHONE,
+        merchant_reference=key,
+        idempotency_key=key,
+    )
 
 
 def new_merchant(core: PaymentCore, name: str = "Bench Shop", funding: int = FUNDING) -> str:
@@ -84,20 +91,21 @@ def prepare_server_db(db: Path, *, kinds: list[str], references: int = 200, repl
         for i in range(references):
             while index % 100 in (11, 12, 13):
                 index += 1
-            body = {
-                "amount": AMOUNT,
-                "currency": CURRENCY,
-                "country": "CM",
-                "provider": "mtn_cm",
-                "phone": f"67{index:07d}",
-                "merchantReference": f"prep-{i}",
-            }
+            collection = core.collect.charge(
+                merchant_id,
+                amount=AMOUNT,
+                currency=CURRENCY,
+                country="CM",
+                provider="mtn_cm",
+                phone=f"67{index:07d}",
+                merchant_reference=f"prep-{i}",
+                idempotency_key=f"prep-charge-{i}",
+            )
             index += 1
-            reply = core.collect.charge(merchant_id, body, idempotency_key=f"prep-charge-{i}")
-            refs.append(reply.body["reference"])
+            refs.append(collection.reference)
         keys = [f"replay-{i}" for i in range(replays)]
         for key in keys:
-            core.disburse.create(merchant_id, payout_request(key), idempotency_key=key)
+            create_payout(core, merchant_id, key)
     finally:
         core.close()
     refs_file = db.with_suffix(".refs")
@@ -230,8 +238,7 @@ def compare_payouts(
         tag = secrets.token_hex(3)
 
         def core_call(i: int) -> object:
-            key = f"core-{tag}-{i}"
-            return core.disburse.create(merchant_id, payout_request(key), idempotency_key=key)
+            return create_payout(core, merchant_id, f"core-{tag}-{i}")
 
         def raw_call(i: int) -> object:
             return raw_payout(conn, raw_merchant, f"raw-{tag}-{i}")
@@ -510,8 +517,7 @@ def _get_by_reference(db: GrowthDb) -> Callable[[int], object]:
 def _payout(tag: str) -> Callable[[GrowthDb], Callable[[int], object]]:
     def make(db: GrowthDb) -> Callable[[int], object]:
         def call(i: int) -> object:
-            key = f"growth-{tag}-{i}"
-            return db.core.disburse.create(db.merchant_id, payout_request(key), idempotency_key=key)
+            return create_payout(db.core, db.merchant_id, f"growth-{tag}-{i}")
 
         return call
 

@@ -2,9 +2,12 @@
 
 The whole payments core is one object, ``PaymentCore``. This script builds one, creates a merchant the
 way an operator would, collects money from a phone (a direct charge), and then pays part of the
-collected balance out to another phone. Background work (talking to the network, dispatching payouts,
-delivering webhooks) runs only when we ask for it with ``core.run_until_idle()``, so the whole flow is
-synchronous and deterministic. A long-running application would call ``core.start_worker()`` instead.
+collected balance out to another phone. The services take keyword arguments and return frozen, typed
+records (``Collection``, ``Payout``: ``Decimal`` amounts, enum statuses, aware datetimes); a refusal is
+a ``PaymentError`` with a stable ``code``. Background work (talking to the network, dispatching
+payouts, delivering webhooks) runs only when we ask for it with ``core.run_until_idle()``, so the whole
+flow is synchronous and deterministic. A long-running application would call ``core.start_worker()``
+instead.
 
 The network is the built-in sandbox: every Cameroon number succeeds except those ending in the
 special digits of the sandbox table (e.g. ``...11`` declines a collection).
@@ -23,7 +26,7 @@ from collections.abc import Sequence
 from decimal import Decimal
 from pathlib import Path
 
-from paymentcore import Config, PaymentCore, PaymentError
+from paymentcore import CollectionStatus, Config, PaymentCore, PaymentError, PayoutStatus
 
 PAYER_PHONE = "670000001"  # an MTN Cameroon number; the sandbox lets it pay
 RECIPIENT_PHONE = "690000002"  # an Orange Cameroon number; the sandbox pays it out
@@ -41,8 +44,8 @@ def build_core(store: str, workdir: Path) -> PaymentCore:
 def print_balances(core: PaymentCore, merchant_id: str, label: str) -> None:
     for balance in core.operator.balances(merchant_id):
         print(
-            f"balance {label}: {balance['currency']} "
-            f"available={balance['available']} reserved={balance['reserved']}"
+            f"balance {label}: {balance.currency} "
+            f"available={balance.available} reserved={balance.reserved}"
         )
 
 
@@ -51,63 +54,81 @@ def run(core: PaymentCore) -> None:
     merchant = core.operator.create_merchant("Corner Shop", settlement_currency="XAF", fee_percent="2")
     print(f"merchant {merchant.id} ({merchant.name}) settles in {merchant.settlement_currency}")
 
-    # 2. Collect: push a prompt to the payer's phone. Amounts are ints or Decimals, never floats.
+    # 2. Collect: push a prompt to the payer's phone. The services take keyword arguments and return
+    #    frozen records; amounts are ints or Decimals in the currency's units, never floats.
     charge = core.collect.charge(
         merchant.id,
-        {
-            "amount": 10_000,
-            "currency": "XAF",
-            "country": "CM",
-            "provider": "mtn_cm",
-            "phone": PAYER_PHONE,
-            "merchantReference": "order-1001",
-        },
+        amount=10_000,
+        currency="XAF",
+        country="CM",
+        provider="mtn_cm",
+        phone=PAYER_PHONE,
+        merchant_reference="order-1001",
         idempotency_key="charge-order-1001",
     )
-    reference: str = charge.body["reference"]
-    print(f"charge {reference} answered {charge.status} with status {charge.body['status']}")
+    print(f"charge {charge.reference} created with status {charge.status.value}")
 
     # 3. The "network" answers during background work; run it until nothing is left to do.
     core.run_until_idle()
 
-    # 4. Read the record, exactly as GET /v1/collect/{reference} would show it.
-    record = core.collect.get(merchant.id, reference)
+    # 4. Read the collection again: the record GET /v1/collect/{reference} shows, as a typed Collection
+    #    (Decimal amounts, an enum status, aware datetimes).
+    collection = core.collect.get(merchant.id, charge.reference)
     print(
-        f"charge {reference} status={record['status']} "
-        f"requested={record['requestedAmount']} {record['requestedCurrency']} "
-        f"settled={record['amount']} {record['currency']} via {record['providerCode']}"
+        f"charge {collection.reference} status={collection.status.value} "
+        f"requested={collection.requested_amount} {collection.requested_currency} "
+        f"settled={collection.amount} {collection.currency} via {collection.provider_code}"
     )
-    if record["status"] != "SUCCESS":
-        raise SystemExit(f"the charge did not succeed: {record['failureCategory']}")
+    if collection.status is not CollectionStatus.SUCCESS:
+        raise SystemExit(f"the charge did not succeed: {collection.failure_category}")
     print_balances(core, merchant.id, "after collection")
 
     # 5. Disburse from the balance the collection funded. The idempotency key is required: a retry
-    #    with the same key returns the same payout and never moves money twice.
-    payout_body = {
-        "amount": Decimal("2500"),
-        "currency": "XAF",
-        "country": "CM",
-        "phone": RECIPIENT_PHONE,
-        "recipientName": "A. Supplier",
-        "merchantReference": "settlement-42",
-    }
-    created = core.disburse.create(merchant.id, payout_body, idempotency_key="payout-settlement-42")
-    payout_ref: str = created.body["reference"]
-    print(f"payout {payout_ref} answered {created.status} with status {created.body['status']}")
-    again = core.disburse.create(merchant.id, payout_body, idempotency_key="payout-settlement-42")
-    assert again.body["reference"] == payout_ref, "the same key must give the same payout"
+    #    with the same key and arguments returns the same payout and never moves money twice.
+    payout = core.disburse.create(
+        merchant.id,
+        amount=Decimal("2500"),
+        currency="XAF",
+        country="CM",
+        phone=RECIPIENT_PHONE,
+        recipient_name="A. Supplier",
+        merchant_reference="settlement-42",
+        idempotency_key="payout-settlement-42",
+    )
+    print(f"payout {payout.reference} created with status {payout.status.value}")
+    again = core.disburse.create(
+        merchant.id,
+        amount=Decimal("2500"),
+        currency="XAF",
+        country="CM",
+        phone=RECIPIENT_PHONE,
+        recipient_name="A. Supplier",
+        merchant_reference="settlement-42",
+        idempotency_key="payout-settlement-42",
+    )
+    assert again == payout, "the same key must give the same payout"
     print_balances(core, merchant.id, "with the payout reserved")
 
     # 6. Dispatch and confirmation happen in background work too.
     core.run_until_idle()
-    payout = core.disburse.get(merchant.id, payout_ref)
-    print(f"payout {payout_ref} status={payout['status']} providerReference={payout['providerReference']}")
+    payout = core.disburse.get(merchant.id, payout.reference)
+    print(
+        f"payout {payout.reference} status={payout.status.value} "
+        f"provider_reference={payout.provider_reference}"
+    )
+    if payout.status is not PayoutStatus.PAID:
+        raise SystemExit(f"the payout was not paid: {payout.status_reason}")
 
     # 7. Errors are exceptions with the spec's stable code: branch on ``code``, show ``message``.
     try:
         core.disburse.create(
             merchant.id,
-            {**payout_body, "amount": 1_000_000},
+            amount=1_000_000,
+            currency="XAF",
+            country="CM",
+            phone=RECIPIENT_PHONE,
+            recipient_name="A. Supplier",
+            merchant_reference="settlement-42",
             idempotency_key="payout-too-big",
         )
     except PaymentError as error:
@@ -116,7 +137,7 @@ def run(core: PaymentCore) -> None:
     # 8. The books: balances per currency, and a check that the ledger adds up.
     print_balances(core, merchant.id, "final")
     core.check_all_ledgers()
-    print(f"final statuses: charge={record['status']} payout={payout['status']}")
+    print(f"final statuses: charge={collection.status.value} payout={payout.status.value}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

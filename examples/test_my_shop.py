@@ -23,7 +23,15 @@ from typing import TYPE_CHECKING
 import attrs
 import pytest
 
-from paymentcore import PaymentCore, PaymentError, WebhookVerificationError, verify_webhook, wire
+from paymentcore import (
+    CollectionStatus,
+    MerchantBalance,
+    PaymentCore,
+    PaymentError,
+    PayoutStatus,
+    WebhookVerificationError,
+    construct_event,
+)
 
 if TYPE_CHECKING:
     # The ``payment_kit`` fixture comes from the paymentcore pytest plugin, which installing
@@ -64,40 +72,37 @@ class Shop:
 
     def pay(self, order: Order, *, phone: str, provider: str = "mtn_cm") -> str:
         """Push a payment prompt for ``order`` to ``phone``; returns the payment reference."""
-        reply = self.core.collect.charge(
+        collection = self.core.collect.charge(
             self.merchant_id,
-            {
-                "amount": order.amount,
-                "currency": "XAF",
-                "country": "CM",
-                "provider": provider,
-                "phone": phone,
-                "merchantReference": order.order_id,
-            },
+            amount=order.amount,
+            currency="XAF",
+            country="CM",
+            provider=provider,
+            phone=phone,
+            merchant_reference=order.order_id,
             idempotency_key=f"pay-{order.order_id}",
         )
-        reference: str = reply.body["reference"]
-        order.payment_reference = reference
-        self.by_reference[reference] = order.order_id
-        return reference
+        order.payment_reference = collection.reference
+        self.by_reference[collection.reference] = order.order_id
+        return collection.reference
 
     def receive_webhook(self, headers: Mapping[str, str], body: bytes) -> int:
         """The webhook endpoint: returns the HTTP status the shop answers."""
-        try:
-            verify_webhook(self.webhook_secret, headers, body, now=self.now())
+        try:  # checks the signature and freshness, then parses the body (exact Decimal numbers)
+            event = construct_event(self.webhook_secret, headers, body, now=self.now())
         except WebhookVerificationError:
             return 400
-        event = wire.loads(body)
-        if event["eventId"] in self.seen_events:
-            return 204  # a repeated delivery: already handled
-        self.seen_events.add(event["eventId"])
-        order_id = self.by_reference.get(event.get("invoiceReference", ""))
-        if order_id is not None:
+        if event.id is not None:  # every delivery carries its eventId
+            if event.id in self.seen_events:
+                return 204  # a repeated delivery: already handled
+            self.seen_events.add(event.id)
+        order_id = self.by_reference.get(event.reference)
+        if order_id is not None and event.is_collection:
             order = self.orders[order_id]
-            if event["status"] == "SUCCESS":
+            if event.type == "collect.succeeded":
                 order.paid = True
-            elif event["status"] == "FAILED":
-                order.failure = event["failureReason"]
+            elif event.type == "collect.failed":
+                order.failure = event.data["failureReason"]
         return 204
 
     def receive_all(self, deliveries: Iterable[CapturedDelivery]) -> list[int]:
@@ -143,8 +148,8 @@ def test_failed_payment_leaves_the_order_unpaid(payment_kit: TestKit, shop: Shop
     assert shop.receive_all(payment_kit.deliveries) == [204]
     assert not order.paid
     assert order.failure is not None
-    record = payment_kit.core.collect.get(shop.merchant_id, reference)
-    assert (record["status"], record["failureCategory"]) == ("FAILED", "INSUFFICIENT_FUNDS")
+    collection = payment_kit.core.collect.get(shop.merchant_id, reference)
+    assert (collection.status, collection.failure_category) == (CollectionStatus.FAILED, "INSUFFICIENT_FUNDS")
 
 
 def test_repeated_and_forged_deliveries(payment_kit: TestKit, shop: Shop) -> None:
@@ -169,25 +174,28 @@ def test_payout_driven_by_hand(payment_kit: TestKit) -> None:
     secret = kit.webhook(merchant.id)
     kit.fund(merchant.id, "XAF", 10_000)  # as if collections had settled
 
-    reply = kit.core.disburse.create(
+    payout = kit.core.disburse.create(
         merchant.id,
-        {"amount": 2500, "currency": "XAF", "phone": "690000000", "recipientName": "A. Seller"},
+        amount=Decimal(2500),
+        currency="XAF",
+        phone="690000000",
+        recipient_name="A. Seller",
         idempotency_key="payout-1",
     )
-    assert (reply.status, reply.body["status"]) == (201, "PENDING")
-    reference = reply.body["reference"]
+    assert (payout.status, payout.amount) == (PayoutStatus.PENDING, Decimal(2500))
+    reference = payout.reference
 
     kit.settle()  # dispatched: the manual network accepts it, but has not confirmed delivery
-    assert kit.core.disburse.get(merchant.id, reference)["status"] == "SENT"
+    assert kit.core.disburse.get(merchant.id, reference).status is PayoutStatus.SENT
     assert kit.core.operator.balances(merchant.id) == [
-        {"currency": "XAF", "available": Decimal(7500), "reserved": Decimal(2500)}
+        MerchantBalance(currency="XAF", available=Decimal(7500), reserved=Decimal(2500))
     ]
 
     kit.network.complete(reference)  # the recipient is credited
     kit.advance(seconds=1)  # the next status check is due a poll interval later
-    assert kit.core.disburse.get(merchant.id, reference)["status"] == "PAID"
+    assert kit.core.disburse.get(merchant.id, reference).status is PayoutStatus.PAID
     assert kit.core.operator.balances(merchant.id) == [
-        {"currency": "XAF", "available": Decimal(7500), "reserved": Decimal(0)}
+        MerchantBalance(currency="XAF", available=Decimal(7500), reserved=Decimal(0))
     ]
 
     now = kit.clock.now() / 1000
@@ -204,10 +212,15 @@ def test_the_kit_without_the_fixture() -> None:
     kit = TestKit.create(prompt_limit=1)
     try:
         merchant = kit.merchant()
-        body = {"amount": 500, "currency": "XAF", "country": "CM", "provider": "mtn_cm", "phone": "670000002"}
-        kit.core.collect.charge(merchant.id, body)
-        with pytest.raises(PaymentError) as refused:
-            kit.core.collect.charge(merchant.id, body)
+
+        def charge() -> None:
+            kit.core.collect.charge(
+                merchant.id, amount=500, currency="XAF", country="CM", provider="mtn_cm", phone="670000002"
+            )
+
+        charge()
+        with pytest.raises(PaymentError) as refused:  # a second prompt to the same number, too soon
+            charge()
         assert refused.value.code == "RECIPIENT_BUSY"
     finally:
         kit.core.close()

@@ -1,27 +1,72 @@
 """paymentcore: a mobile-money payments core you can embed.
 
 Build a core with :meth:`PaymentCore.memory` or :meth:`PaymentCore.sqlite`, then use its services:
-``core.collect``, ``core.disburse``, ``core.webhooks``, ``core.operator``. Importing this package
-starts nothing and loads no web framework or HTTP client.
+``core.collect``, ``core.disburse``, ``core.webhooks``, ``core.operator``. They take typed keyword
+arguments and return frozen records (:class:`Payout`, :class:`Collection`) with ``Decimal`` amounts,
+aware ``datetime`` times and enum statuses; failures raise the :class:`PaymentError` tree. Receivers
+verify and parse webhook deliveries with :func:`construct_event`. Importing this package starts nothing
+and loads no web framework or HTTP client.
 """
 
+from paymentcore._events import WebhookEvent, construct_event
+from paymentcore._records import (
+    Collection,
+    MerchantBalance,
+    Payout,
+    PayoutAllowance,
+    WebhookRegistration,
+    WebhookSettings,
+)
 from paymentcore.adapters.clock import FakeClock, RandomReferences, SystemClock
 from paymentcore.adapters.memory import MemoryStore
 from paymentcore.adapters.sandbox import SandboxNetwork
 from paymentcore.bootstrap import PaymentCore
 from paymentcore.catalogue import Catalogue, StaticExchangeRates
 from paymentcore.config import Config
-from paymentcore.errors import PaymentError
-from paymentcore.idempotency import Reply
+from paymentcore.errors import (
+    HTTP_STATUS,
+    AccessError,
+    AmountError,
+    AmountPrecisionError,
+    AmountTooLargeError,
+    AmountTooSmallError,
+    CapabilityDisabledError,
+    CatalogueError,
+    CountryNotSupportedError,
+    CurrencyMismatchError,
+    FlowError,
+    IdempotencyKeyRequiredError,
+    IdempotencyKeyReusedError,
+    IdempotencyKeyTooLongError,
+    InsufficientBalanceError,
+    InsufficientScopeError,
+    InvalidRequestError,
+    InvalidTransitionError,
+    MerchantNotApprovedError,
+    NotFoundError,
+    PaymentError,
+    PayoutLimitExceededError,
+    PayoutsNotConfiguredError,
+    PhoneNotRecognisedError,
+    PhoneProviderMismatchError,
+    ProviderBlockedError,
+    ProviderCountryMismatchError,
+    RateLimitedError,
+    RecipientBusyError,
+    RequestError,
+    ServerError,
+    UnauthorizedError,
+    UnknownCurrencyError,
+    UnknownProviderError,
+)
 from paymentcore.ledger import LedgerInvariantError
 from paymentcore.models import (
     ApiKey,
     Balance,
-    Collection,
+    CollectionKind,
     CollectionStatus,
     Merchant,
     MerchantStatus,
-    Payout,
     PayoutLimits,
     PayoutStatus,
     Scope,
@@ -32,31 +77,70 @@ from paymentcore.operator import CreatedKey
 from paymentcore.signing import WebhookVerificationError, verify_webhook
 
 __all__ = [
+    "HTTP_STATUS",
+    "AccessError",
+    "AmountError",
+    "AmountPrecisionError",
+    "AmountTooLargeError",
+    "AmountTooSmallError",
     "ApiKey",
     "Balance",
+    "CapabilityDisabledError",
     "Catalogue",
+    "CatalogueError",
     "Collection",
+    "CollectionKind",
     "CollectionStatus",
     "Config",
+    "CountryNotSupportedError",
     "CreatedKey",
+    "CurrencyMismatchError",
     "FakeClock",
+    "FlowError",
+    "IdempotencyKeyRequiredError",
+    "IdempotencyKeyReusedError",
+    "IdempotencyKeyTooLongError",
+    "InsufficientBalanceError",
+    "InsufficientScopeError",
+    "InvalidRequestError",
+    "InvalidTransitionError",
     "LedgerInvariantError",
     "MemoryStore",
     "Merchant",
+    "MerchantBalance",
+    "MerchantNotApprovedError",
     "MerchantStatus",
+    "NotFoundError",
     "PaymentCore",
     "PaymentError",
     "Payout",
+    "PayoutAllowance",
+    "PayoutLimitExceededError",
     "PayoutLimits",
     "PayoutStatus",
+    "PayoutsNotConfiguredError",
+    "PhoneNotRecognisedError",
+    "PhoneProviderMismatchError",
+    "ProviderBlockedError",
+    "ProviderCountryMismatchError",
     "RandomReferences",
-    "Reply",
+    "RateLimitedError",
+    "RecipientBusyError",
+    "RequestError",
     "SandboxNetwork",
     "Scope",
+    "ServerError",
     "Settings",
     "StaticExchangeRates",
     "SystemClock",
+    "UnauthorizedError",
+    "UnknownCurrencyError",
+    "UnknownProviderError",
     "WebhookEndpoint",
+    "WebhookEvent",
+    "WebhookRegistration",
+    "WebhookSettings",
     "WebhookVerificationError",
+    "construct_event",
     "verify_webhook",
 ]

@@ -117,11 +117,11 @@ class Access:
         if not token or len(token) > 200:
             raise UnauthorizedError()
         with self._deps.store.read() as tx:
-            key = tx.get_key_by_hash(hash_key(token))
+            key = tx.keys.by_hash(hash_key(token))
             if key is None or key.revoked:
                 raise UnauthorizedError()
-            merchant = tx.get_merchant(key.merchant_id)
-            settings = tx.get_settings()
+            merchant = tx.merchants.get(key.merchant_id)
+            settings = tx.settings.get()
         if merchant is None:
             raise UnauthorizedError()
         if not settings.api_enabled:

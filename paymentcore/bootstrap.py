@@ -130,11 +130,11 @@ class PaymentCore:
 
     def check_all_ledgers(self) -> list[Balance]:
         with self.store.read() as tx:
-            merchants = tx.list_merchants()
+            merchants = tx.merchants.list()
             return [
                 check_invariant(tx, merchant.id, balance.currency)
                 for merchant in merchants
-                for balance in tx.list_balances(merchant.id)
+                for balance in tx.ledger.balances(merchant.id)
             ]
 
     # --- background work -------------------------------------------------------------------------
@@ -143,13 +143,13 @@ class PaymentCore:
         """Ask the worker to look at an open collection or payout at its next round (tests, tooling)."""
         with self.store.transaction() as tx:
             now = self.clock.now()
-            collection = tx.get_collection(reference)
+            collection = tx.collections.get(reference)
             if collection is not None and collection.next_check_at is not None:
                 due = min(collection.next_check_at, now)
-                tx.update_collection(attrs.evolve(collection, next_check_at=due))
-            payout = tx.get_payout(reference)
+                tx.collections.update(attrs.evolve(collection, next_check_at=due))
+            payout = tx.payouts.get(reference)
             if payout is not None and payout.next_check_at is not None:
-                tx.update_payout(attrs.evolve(payout, next_check_at=min(payout.next_check_at, now)))
+                tx.payouts.update(attrs.evolve(payout, next_check_at=min(payout.next_check_at, now)))
 
     def tick(self) -> int:
         """One round of background work; returns how many items were looked at."""
@@ -159,7 +159,7 @@ class PaymentCore:
         now = self.clock.now()
         if now >= self._next_purge:  # once a minute, not on every round: it takes the write lock
             with self.store.transaction() as tx:
-                tx.purge_idempotency(now - self.config.idempotency_retention_hours * 3_600_000)
+                tx.idempotency.purge(now - self.config.idempotency_retention_hours * 3_600_000)
             self._next_purge = now + 60_000
         return done
 

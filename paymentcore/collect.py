@@ -14,11 +14,13 @@ outbox event.
 
 from __future__ import annotations
 
-from typing import Any
+from decimal import Decimal
 
 import attrs
 
-from paymentcore import ledger, render
+from paymentcore import ledger, models, render
+from paymentcore._records import Collection, collection_from, dump, load
+from paymentcore._work import Runner
 from paymentcore.catalogue import Currency, Provider
 from paymentcore.deps import Deps, require_merchant
 from paymentcore.errors import (
@@ -29,18 +31,11 @@ from paymentcore.errors import (
     RecipientBusyError,
     UnknownProviderError,
 )
-from paymentcore.fields import optional_int, optional_string, require_object, required
-from paymentcore.idempotency import Idempotency, Reply, fingerprint
-from paymentcore.models import (
-    COLLECTION_TRANSITIONS,
-    Collection,
-    CollectionKind,
-    CollectionStatus,
-    Merchant,
-    check_transition,
-)
+from paymentcore.fields import optional_text, optional_whole, required_value
+from paymentcore.idempotency import Idempotency, check_key, fingerprint
+from paymentcore.models import CollectionKind, CollectionStatus, Merchant
 from paymentcore.money import apply_rate, fee_for, parse_amount
-from paymentcore.ports import CollectionRequest, NetworkError, NetworkOutcome, Transaction
+from paymentcore.ports import CollectionRequest, CollectionResult, NetworkError, NetworkOutcome, Transaction
 
 FINAL = (CollectionStatus.SUCCESS, CollectionStatus.FAILED)
 EXPIRED = "EXPIRED"
@@ -60,145 +55,267 @@ class PaymentOption:
 class CheckoutView:
     """What the hosted page shows."""
 
-    collection: Collection
+    collection: models.Collection
     merchant: Merchant
     options: tuple[PaymentOption, ...]
     payable: bool
     invoice: str | None  # the lightning invoice once the payer chose lightning
 
 
+@attrs.frozen
+class _CollectAnswer:
+    """What one step learnt: the prompt went out (``submitted``), or the network's status (None when the
+    network could not be reached)."""
+
+    submitted: bool
+    result: CollectionResult | None
+    checked_at: int
+
+
 class Collect:
     def __init__(self, deps: Deps, idempotency: Idempotency) -> None:
         self._deps = deps
         self._idem = idempotency
+        self._runner: Runner[models.Collection, _CollectAnswer] = Runner(self, deps.store, deps.clock)
 
     # --- requests --------------------------------------------------------------------------------
 
-    def charge(self, merchant_id: str, body: object, *, idempotency_key: str | None = None) -> Reply:
-        """POST /v1/collect/charge: validate, record the charge with its prompt due; 202."""
+    def charge(
+        self,
+        merchant_id: str,
+        *,
+        amount: Decimal | int,
+        currency: str,
+        country: str,
+        provider: str,
+        phone: str,
+        merchant_reference: str | None = None,
+        description: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> Collection:
+        """A direct charge: the payment prompt goes to ``phone`` on ``provider``; PENDING until it clears.
+
+        ``amount`` is in the currency's units (a float is refused). With an ``idempotency_key``, a retry
+        with the same arguments answers the first charge and sends no second prompt.
+        """
         deps = self._deps
         cat = deps.catalogue
-        data = require_object(body)
-        currency = cat.currency(required(data, "currency"), settleable=True)
-        amount = parse_amount(required(data, "amount"), currency)
-        country = cat.country(required(data, "country"))
-        cat.check_currency_for_country(currency, country)
-        provider = cat.provider(required(data, "provider"))
-        phone, provider = cat.resolve_mobile(
-            country=country, phone=required(data, "phone"), provider=provider
+        key = check_key(idempotency_key)
+        cur = cat.currency(required_value(currency, "currency"), settleable=True)
+        minor = parse_amount(required_value(amount, "amount"), cur)
+        where = cat.country(required_value(country, "country"))
+        cat.check_currency_for_country(cur, where)
+        network = cat.provider(required_value(provider, "provider"))
+        local_phone, network = cat.resolve_mobile(
+            country=where, phone=required_value(phone, "phone"), provider=network
         )
-        merchant_reference = optional_string(data, "merchantReference", max_length=120, alias="reference")
-        description = optional_string(data, "description", max_length=200)
-        print_ = fingerprint("collect.charge", data)
+        merchant_reference = optional_text(merchant_reference, "merchant_reference", max_length=120)
+        description = optional_text(description, "description", max_length=200)
+        print_ = fingerprint(
+            "collect.charge",
+            {
+                "amount": amount,
+                "currency": currency,
+                "country": country,
+                "provider": provider,
+                "phone": phone,
+                "merchant_reference": merchant_reference,
+                "description": description,
+            },
+        )
         with deps.store.transaction() as tx:
             now = deps.clock.now()
-            replay = self._idem.lookup(tx, merchant_id, idempotency_key, print_, now)
+            replay = self._replay(tx, merchant_id, key, print_, now)
             if replay is not None:
                 return replay
             merchant = self._transacting_merchant(tx, merchant_id)
-            self._check_provider_allowed(merchant, provider)
-            self._check_prompts(tx, phone, now)
-            collection = Collection(
+            self._check_provider_allowed(merchant, network)
+            self._check_prompts(tx, local_phone, now)
+            collection = models.Collection(
                 reference=deps.refs.collection(now),
                 merchant_id=merchant.id,
                 kind=CollectionKind.CHARGE,
                 status=CollectionStatus.PENDING,
-                requested_amount=amount,
-                requested_currency=currency.code,
+                requested_amount=minor,
+                requested_currency=cur.code,
                 description=description or _default_description(merchant),
                 merchant_reference=merchant_reference,
                 created_at=now,
                 expires_at=now + deps.config.prompt_timeout_seconds * 1000,
                 updated_at=now,
-                method=provider.method,
-                provider=provider.code,
-                phone=phone,
-                country=country.code,
+                method=network.method,
+                provider=network.code,
+                phone=local_phone,
+                country=where.code,
                 submitted_at=now,
                 next_check_at=now,
-                charged_amount=amount,
-                charged_currency=currency.code,
+                charged_amount=minor,
+                charged_currency=cur.code,
             )
-            tx.insert_collection(collection)
-            reply = Reply(202, render.charge_response(collection, catalogue=cat))
-            self._idem.save(tx, merchant_id, idempotency_key, print_, reply, now)
-            return reply
+            tx.collections.add(collection)
+            return self._answer(tx, merchant, collection, key, print_, now)
 
     def checkout(
         self,
         merchant_id: str,
-        body: object,
         *,
+        amount: Decimal | int,
+        currency: str,
+        description: str | None = None,
+        merchant_reference: str | None = None,
+        expires_in_minutes: int | None = None,
         idempotency_key: str | None = None,
-        legacy: bool = False,
-    ) -> Reply:
-        """POST /v1/collect/checkout (or the legacy POST /v1/payments): a payment and its link; 201."""
+    ) -> Collection:
+        """A hosted checkout: a payment and the link (``checkout_url``) where the payer chooses how to pay.
+
+        The link works for ``expires_in_minutes`` (1 to 10080, default 60).
+        """
+        return self._checkout(
+            merchant_id,
+            CollectionKind.CHECKOUT,
+            amount=amount,
+            currency=currency,
+            description=description,
+            merchant_reference=merchant_reference,
+            expires_in_minutes=expires_in_minutes,
+            idempotency_key=idempotency_key,
+        )
+
+    def legacy_payment(
+        self,
+        merchant_id: str,
+        *,
+        amount: Decimal | int,
+        currency: str,
+        description: str | None = None,
+        reference: str | None = None,
+        expires_in_minutes: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> Collection:
+        """A payment of the legacy payments API: a checkout shown in the merchant's settlement currency."""
+        return self._checkout(
+            merchant_id,
+            CollectionKind.LEGACY,
+            amount=amount,
+            currency=currency,
+            description=description,
+            merchant_reference=reference,
+            expires_in_minutes=expires_in_minutes,
+            idempotency_key=idempotency_key,
+            reference_param="reference",
+        )
+
+    def _checkout(
+        self,
+        merchant_id: str,
+        kind: CollectionKind,
+        *,
+        amount: Decimal | int,
+        currency: str,
+        description: str | None,
+        merchant_reference: str | None,
+        expires_in_minutes: int | None,
+        idempotency_key: str | None,
+        reference_param: str = "merchant_reference",
+    ) -> Collection:
         deps = self._deps
-        data = require_object(body)
-        currency = deps.catalogue.currency(required(data, "currency"))
-        amount = parse_amount(required(data, "amount"), currency)
-        description = optional_string(data, "description", max_length=200)
-        if legacy:
-            merchant_reference = optional_string(data, "reference", max_length=120)
-        else:
-            merchant_reference = optional_string(data, "merchantReference", max_length=120, alias="reference")
-        minutes = optional_int(data, "expiresInMinutes", default=60, low=1, high=10080)
-        print_ = fingerprint("collect.checkout.legacy" if legacy else "collect.checkout", data)
+        key = check_key(idempotency_key)
+        cur = deps.catalogue.currency(required_value(currency, "currency"))
+        minor = parse_amount(required_value(amount, "amount"), cur)
+        description = optional_text(description, "description", max_length=200)
+        merchant_reference = optional_text(merchant_reference, reference_param, max_length=120)
+        minutes = optional_whole(expires_in_minutes, "expires_in_minutes", default=60, low=1, high=10080)
+        print_ = fingerprint(
+            "collect.checkout.legacy" if kind is CollectionKind.LEGACY else "collect.checkout",
+            {
+                "amount": amount,
+                "currency": currency,
+                "description": description,
+                "merchant_reference": merchant_reference,
+                "expires_in_minutes": expires_in_minutes,
+            },
+        )
         with deps.store.transaction() as tx:
             now = deps.clock.now()
-            replay = self._idem.lookup(tx, merchant_id, idempotency_key, print_, now)
+            replay = self._replay(tx, merchant_id, key, print_, now)
             if replay is not None:
                 return replay
             merchant = self._transacting_merchant(tx, merchant_id)
-            collection = Collection(
+            collection = models.Collection(
                 reference=deps.refs.collection(now),
                 merchant_id=merchant.id,
-                kind=CollectionKind.LEGACY if legacy else CollectionKind.CHECKOUT,
+                kind=kind,
                 status=CollectionStatus.PENDING,
-                requested_amount=amount,
-                requested_currency=currency.code,
+                requested_amount=minor,
+                requested_currency=cur.code,
                 description=description if description else _default_description(merchant),
                 merchant_reference=merchant_reference,
                 created_at=now,
                 expires_at=now + minutes * 60_000,
                 updated_at=now,
             )
-            tx.insert_collection(collection)
-            reply = Reply(201, self._render(collection, merchant, now))
-            self._idem.save(tx, merchant_id, idempotency_key, print_, reply, now)
-            return reply
+            tx.collections.add(collection)
+            return self._answer(tx, merchant, collection, key, print_, now)
 
-    def get(self, merchant_id: str, reference: str) -> dict[str, Any]:
-        """GET /v1/collect/{reference}: the record, or NOT_FOUND (also for another merchant's)."""
+    def _answer(
+        self,
+        tx: Transaction,
+        merchant: Merchant,
+        collection: models.Collection,
+        key: str | None,
+        print_: str,
+        now: int,
+    ) -> Collection:
+        record = self._public(collection, merchant, now)
+        self._idem.save(tx, merchant.id, key, print_, dump(record), now)
+        return record
+
+    def _replay(
+        self, tx: Transaction, merchant_id: str, key: str | None, print_: str, now: int
+    ) -> Collection | None:
+        kept = self._idem.lookup(tx, merchant_id, key, print_, now)
+        if kept is None:
+            return None
+        record = load(kept)
+        if isinstance(record, Collection):
+            return record
+        # an answer kept by a version before typed records: the collection it named, as it is now
+        found = tx.collections.get(str(kept.get("reference", ""))) if isinstance(kept, dict) else None
+        if found is None:
+            raise NotFoundError("The collection this idempotency key created is gone.")
+        return self._public(found, require_merchant(tx, found.merchant_id), now)
+
+    def get(self, merchant_id: str, reference: str) -> Collection:
+        """The merchant's collection ``reference``; NotFoundError also for another merchant's."""
         with self._deps.store.read() as tx:
-            collection = tx.get_collection(reference)
+            collection = tx.collections.get(reference)
             if collection is None or collection.merchant_id != merchant_id:
                 raise NotFoundError("No such collection on this account.")
             merchant = require_merchant(tx, merchant_id)
-        return self._render(collection, merchant, self._deps.clock.now())
+        return self._public(collection, merchant, self._deps.clock.now())
 
-    def find(self, reference: str) -> Collection:
-        with self._deps.store.read() as tx:
-            collection = tx.get_collection(reference)
-        if collection is None:
-            raise NotFoundError("No such payment.")
-        return collection
-
-    def _render(self, collection: Collection, merchant: Merchant, now: int) -> dict[str, Any]:
-        return render.collection_record(
+    def _public(self, collection: models.Collection, merchant: Merchant, now: int) -> Collection:
+        return collection_from(
             collection,
             catalogue=self._deps.catalogue,
-            merchant=merchant,
+            settlement_currency=merchant.settlement_currency,
             public_url=self._deps.config.public_url,
             now=now,
         )
+
+    def find(self, reference: str) -> models.Collection:
+        with self._deps.store.read() as tx:
+            collection = tx.collections.get(reference)
+        if collection is None:
+            raise NotFoundError("No such payment.")
+        return collection
 
     # --- the hosted page -------------------------------------------------------------------------
 
     def view(self, reference: str) -> CheckoutView:
         deps = self._deps
         with deps.store.read() as tx:
-            collection = tx.get_collection(reference)
+            collection = tx.collections.get(reference)
             if collection is None or collection.kind is CollectionKind.CHARGE:
                 raise NotFoundError("No such payment.")
             merchant = require_merchant(tx, collection.merchant_id)
@@ -214,7 +331,7 @@ class Collect:
             invoice=invoice,
         )
 
-    def _options(self, collection: Collection, merchant: Merchant) -> list[PaymentOption]:
+    def _options(self, collection: models.Collection, merchant: Merchant) -> list[PaymentOption]:
         cat = self._deps.catalogue
         source = cat.currencies[collection.requested_currency]
         options = []
@@ -232,38 +349,41 @@ class Collect:
             options.append(PaymentOption(provider=provider, amount=charged, currency=target))
         return options
 
-    def pay(self, reference: str, provider_code: object, phone: object) -> Collection:
-        """The payer chose how to pay on the hosted page: validate and queue the prompt."""
+    def pay(self, reference: str, provider: str, phone: str | None) -> Collection:
+        """The payer chose how to pay on the hosted page: validate and queue the prompt.
+
+        ``phone`` is the payer's mobile money number (None for Lightning, which pays an invoice).
+        """
         deps = self._deps
         cat = deps.catalogue
         view = self.view(reference)
         if not view.payable:
             raise InvalidRequestError("This payment can no longer be paid.", param="reference")
-        provider = cat.provider(provider_code)
-        option = next((o for o in view.options if o.provider.code == provider.code), None)
+        chosen = cat.provider(provider)
+        option = next((o for o in view.options if o.provider.code == chosen.code), None)
         if option is None:
-            if provider.code in view.merchant.blocked_providers:
+            if chosen.code in view.merchant.blocked_providers:
                 raise ProviderBlockedError(param="provider")
             raise UnknownProviderError("This provider cannot pay this payment.", param="provider")
         local: str | None = None
         country: str | None = None
-        if provider.country is not None:
-            country_rec = cat.countries[provider.country]
-            local, provider = cat.resolve_mobile(country=country_rec, phone=phone, provider=provider)
+        if chosen.country is not None:
+            country_rec = cat.countries[chosen.country]
+            local, chosen = cat.resolve_mobile(country=country_rec, phone=phone, provider=chosen)
             country = country_rec.code
         with deps.store.transaction() as tx:
             now = deps.clock.now()
-            collection = tx.get_collection(reference)
+            collection = tx.collections.get(reference)
             if collection is None or not render.is_payable(collection, now):
                 raise InvalidRequestError("This payment can no longer be paid.", param="reference")
             merchant = self._transacting_merchant(tx, collection.merchant_id)
-            self._check_provider_allowed(merchant, provider)
+            self._check_provider_allowed(merchant, chosen)
             if local is not None:
                 self._check_prompts(tx, local, now)
             collection = attrs.evolve(
                 collection,
-                method=provider.method,
-                provider=provider.code,
+                method=chosen.method,
+                provider=chosen.code,
                 phone=local,
                 country=country,
                 submitted_at=now,
@@ -272,8 +392,8 @@ class Collect:
                 charged_currency=option.currency.code,
                 updated_at=now,
             )
-            tx.update_collection(collection)
-            return collection
+            tx.collections.update(collection)
+            return self._public(collection, merchant, now)
 
     # --- checks ----------------------------------------------------------------------------------
 
@@ -292,170 +412,119 @@ class Collect:
     def _check_prompts(self, tx: Transaction, phone: str, now: int) -> None:
         config = self._deps.config
         since = now - config.prompt_window_seconds * 1000 + 1  # a prompt exactly a window old has aged out
-        if tx.count_prompts(phone, since) >= config.prompt_limit:
+        if tx.collections.prompts_since(phone, since) >= config.prompt_limit:
             raise RecipientBusyError(
                 f"This number received {config.prompt_limit} prompts in the last "
                 f"{config.prompt_window_seconds} seconds; wait and retry.",
                 param="phone",
             )
 
-    # --- the worker's part -----------------------------------------------------------------------
+    # --- the worker's part (a Task of paymentcore._work) -------------------------------------------
 
     def process_due(self, limit: int = 100) -> int:
         """Advance every open collection whose turn has come; returns how many were looked at."""
-        now = self._deps.clock.now()
-        with self._deps.store.read() as tx:
-            due = tx.due_collections(now, limit)
-        for collection in due:
-            self.advance(collection.reference)
-        return len(due)
+        return self._runner.run_due(limit)
 
     def advance(self, reference: str) -> None:
-        deps = self._deps
-        now = deps.clock.now()
-        with deps.store.read() as tx:
-            collection = tx.get_collection(reference)
+        """Send a due prompt, or ask the network about a prompt already sent, or expire a checkout."""
+        self._runner.run_one(reference)
+
+    def due(self, tx: Transaction, now: int, limit: int) -> list[str]:
+        return [collection.reference for collection in tx.collections.due(now, limit)]
+
+    def claim(self, tx: Transaction, key: str, now: int) -> models.Collection | None:
+        collection = tx.collections.get(key)
         if collection is None or collection.status in FINAL:
-            return
+            return None
         if collection.submitted_at is None:
-            if collection.expires_at <= now:
-                self._fail(reference, CollectionStatus.PENDING, EXPIRED, "The checkout link expired.")
-            return
-        request = _request_of(collection)
+            if collection.expires_at <= now:  # nothing to ask the network: the link ran out
+                self._fail(tx, collection, EXPIRED, "The checkout link expired.", now)
+            return None
         if collection.status is CollectionStatus.PENDING:
-            if not self._claim(reference, now):
-                return  # another worker is sending this prompt
-            try:
-                deps.network.request_collection(request)
-            except NetworkError:
-                self._recheck(reference, CollectionStatus.PENDING)
-                return
-            with deps.store.transaction() as tx:
-                current = tx.get_collection(reference)
-                if current is None or current.status is not CollectionStatus.PENDING:
-                    return
-                check_transition(
-                    COLLECTION_TRANSITIONS, current.status, CollectionStatus.PROCESSING, "collection"
-                )
-                tx.update_collection(
-                    attrs.evolve(current, status=CollectionStatus.PROCESSING, updated_at=deps.clock.now())
-                )
-        now = deps.clock.now()
+            if collection.next_check_at is None or collection.next_check_at > now:
+                return None  # another worker is sending this prompt
+            lease = now + self._deps.config.dispatch_lease_seconds * 1000
+            tx.collections.update(attrs.evolve(collection, next_check_at=lease))
+        return collection
+
+    def act(self, claim: models.Collection, now: int) -> _CollectAnswer:
+        """Send a PENDING collection's prompt, or ask about one already sent (never both in one step)."""
+        network = self._deps.network
+        request = _request_of(claim)
         try:
-            result = deps.network.collection_status(request, now)
+            if claim.status is CollectionStatus.PENDING:
+                network.request_collection(request)
+                return _CollectAnswer(submitted=True, result=None, checked_at=now)
+            return _CollectAnswer(
+                submitted=False, result=network.collection_status(request, now), checked_at=now
+            )
         except NetworkError:
-            self._recheck(reference, CollectionStatus.PROCESSING)
-            return
-        if result.outcome is NetworkOutcome.SUCCESS:
-            self._settle(reference)
-        elif result.outcome is NetworkOutcome.FAILED:
-            self._fail(
-                reference,
-                CollectionStatus.PROCESSING,
-                result.failure_category or "DECLINED",
-                result.failure_reason or "The payment did not clear.",
-            )
-        elif now >= request.submitted_at + deps.config.prompt_timeout_seconds * 1000:
-            self._fail(reference, CollectionStatus.PROCESSING, TIMEOUT, "The payer did not answer in time.")
-        else:
-            self._recheck(reference, CollectionStatus.PROCESSING)
+            return _CollectAnswer(submitted=False, result=None, checked_at=now)
 
-    def _claim(self, reference: str, now: int) -> bool:
-        """Take a PENDING collection's prompt for this worker for a lease period."""
-        deps = self._deps
-        with deps.store.transaction() as tx:
-            current = tx.get_collection(reference)
-            if (
-                current is None
-                or current.status is not CollectionStatus.PENDING
-                or current.next_check_at is None
-                or current.next_check_at > now
-            ):
-                return False
-            lease = now + deps.config.dispatch_lease_seconds * 1000
-            tx.update_collection(attrs.evolve(current, next_check_at=lease))
+    def record(self, tx: Transaction, claim: models.Collection, outcome: _CollectAnswer, now: int) -> bool:
+        current = tx.collections.get(claim.reference)
+        if current is None or current.status is not claim.status:
+            return False  # another worker moved it meanwhile
+        if outcome.submitted:  # the prompt is out: PROCESSING, and its status is asked at once
+            tx.collections.update(current.start_processing(now, current.next_check_at or now))
             return True
+        result = outcome.result
+        timeout_at = (claim.submitted_at or 0) + self._deps.config.prompt_timeout_seconds * 1000
+        if result is None:
+            self._recheck(tx, current, now)
+        elif result.outcome is NetworkOutcome.SUCCESS:
+            self._settle(tx, current, now)
+        elif result.outcome is NetworkOutcome.FAILED:
+            category = result.failure_category or "DECLINED"
+            self._fail(tx, current, category, result.failure_reason or "The payment did not clear.", now)
+        elif outcome.checked_at >= timeout_at:
+            self._fail(tx, current, TIMEOUT, "The payer did not answer in time.", now)
+        else:
+            self._recheck(tx, current, now)
+        return False
 
-    def _recheck(self, reference: str, expected: CollectionStatus) -> None:
-        deps = self._deps
-        with deps.store.transaction() as tx:
-            current = tx.get_collection(reference)
-            if current is None or current.status is not expected:
-                return
-            next_at = deps.clock.now() + int(deps.config.poll_interval_seconds * 1000)
-            tx.update_collection(attrs.evolve(current, next_check_at=next_at))
+    def _recheck(self, tx: Transaction, current: models.Collection, now: int) -> None:
+        next_at = now + int(self._deps.config.poll_interval_seconds * 1000)
+        tx.collections.update(attrs.evolve(current, next_check_at=next_at))
 
-    def _settle(self, reference: str) -> None:
-        deps = self._deps
-        with deps.store.transaction() as tx:
-            current = tx.get_collection(reference)
-            if current is None or current.status is not CollectionStatus.PROCESSING:
-                return  # another worker settled it
-            check_transition(COLLECTION_TRANSITIONS, current.status, CollectionStatus.SUCCESS, "collection")
-            assert current.charged_amount is not None and current.charged_currency is not None
-            merchant = require_merchant(tx, current.merchant_id)
-            now = deps.clock.now()
-            fee = fee_for(current.charged_amount, merchant.collect_fee_ppm)
-            net = current.charged_amount - fee
-            ledger.credit(
-                tx,
-                entry_id=deps.refs.token("led"),
-                merchant_id=merchant.id,
-                currency=current.charged_currency,
-                net=net,
-                fee=fee,
-                reference=reference,
-                now=now,
-            )
-            settled = attrs.evolve(
-                current,
-                status=CollectionStatus.SUCCESS,
-                settled_amount=net,
-                settled_currency=current.charged_currency,
-                fee_amount=fee,
-                next_check_at=None,
-                updated_at=now,
-            )
-            tx.update_collection(settled)
-            deps.emit(
-                tx,
-                merchant.id,
-                "collect.succeeded",
-                render.collection_event_data(settled, catalogue=deps.catalogue, now=now),
-                now,
-            )
+    def _settle(self, tx: Transaction, current: models.Collection, now: int) -> None:
+        """PROCESSING -> SUCCESS: the status, the net credit and the outbox event, in the caller's tx."""
+        assert current.charged_amount is not None and current.charged_currency is not None
+        merchant = require_merchant(tx, current.merchant_id)
+        fee = fee_for(current.charged_amount, merchant.collect_fee_ppm)
+        net = current.charged_amount - fee
+        settled = current.settle(net=net, fee=fee, now=now)
+        ledger.credit(
+            tx,
+            entry_id=self._deps.refs.token("led"),
+            merchant_id=merchant.id,
+            currency=current.charged_currency,
+            net=net,
+            fee=fee,
+            reference=current.reference,
+            now=now,
+        )
+        tx.collections.update(settled)
+        self._emit(tx, settled, "collect.succeeded", now)
 
-    def _fail(self, reference: str, expected: CollectionStatus, category: str, reason: str) -> None:
+    def _fail(
+        self, tx: Transaction, current: models.Collection, category: str, reason: str, now: int
+    ) -> None:
+        failed = current.fail(category, reason, now)
+        tx.collections.update(failed)
+        self._emit(tx, failed, "collect.failed", now)
+
+    def _emit(self, tx: Transaction, collection: models.Collection, event_type: str, now: int) -> None:
         deps = self._deps
-        with deps.store.transaction() as tx:
-            current = tx.get_collection(reference)
-            if current is None or current.status is not expected:
-                return
-            check_transition(COLLECTION_TRANSITIONS, current.status, CollectionStatus.FAILED, "collection")
-            now = deps.clock.now()
-            failed = attrs.evolve(
-                current,
-                status=CollectionStatus.FAILED,
-                failure_category=category,
-                failure_reason=reason,
-                next_check_at=None,
-                updated_at=now,
-            )
-            tx.update_collection(failed)
-            deps.emit(
-                tx,
-                current.merchant_id,
-                "collect.failed",
-                render.collection_event_data(failed, catalogue=deps.catalogue, now=now),
-                now,
-            )
+        data = render.collection_event_data(collection, catalogue=deps.catalogue, now=now)
+        deps.emit(tx, collection.merchant_id, event_type, data, now)
 
 
 def _default_description(merchant: Merchant) -> str:
     return f"Payment to {merchant.name}"
 
 
-def _request_of(collection: Collection) -> CollectionRequest:
+def _request_of(collection: models.Collection) -> CollectionRequest:
     assert collection.provider is not None and collection.submitted_at is not None
     assert collection.charged_amount is not None and collection.charged_currency is not None
     return CollectionRequest(
@@ -468,7 +537,7 @@ def _request_of(collection: Collection) -> CollectionRequest:
     )
 
 
-def lightning_invoice(collection: Collection) -> str:
+def lightning_invoice(collection: models.Collection) -> str:
     """A sandbox BOLT11-looking invoice string for a lightning payment (not payable on a real node)."""
     import hashlib
 

@@ -53,14 +53,14 @@ class Deps:
             created_at=now,
             next_attempt_at=now,
         )
-        tx.insert_event(event)
+        tx.outbox.add(event)
         return event
 
 
 def require_merchant(tx: Transaction, merchant_id: str) -> Merchant:
     from paymentcore.errors import NotFoundError
 
-    merchant = tx.get_merchant(merchant_id)
+    merchant = tx.merchants.get(merchant_id)
     if merchant is None:
         raise NotFoundError(f"No merchant {merchant_id}.", param="merchant")
     return merchant

@@ -13,11 +13,26 @@ posts or releases it, and every later attempt is refused.
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 import attrs
 
-from paymentcore import ledger, render
+from paymentcore import ledger, models, render
+from paymentcore._policy import (
+    DAY_MS,
+    REVIEW_REASON,
+    WEEK_MS,
+    BlockedBy,
+    EffectiveLimits,
+    blocked_by,
+    check_limits,
+    effective_limits,
+    held_for_review,
+)
+from paymentcore._queries import payout_is_due
+from paymentcore._records import Payout, PayoutAllowance, dump, load, payout_from
+from paymentcore._work import Runner
 from paymentcore.deps import Deps, require_merchant
 from paymentcore.errors import (
     CapabilityDisabledError,
@@ -25,113 +40,132 @@ from paymentcore.errors import (
     InvalidTransitionError,
     MerchantNotApprovedError,
     NotFoundError,
-    PayoutLimitExceededError,
     PayoutsNotConfiguredError,
     ProviderBlockedError,
 )
-from paymentcore.fields import optional_string, require_object, required, required_string
-from paymentcore.idempotency import Idempotency, Reply, fingerprint
-from paymentcore.models import (
-    PAYOUT_TRANSITIONS,
-    Merchant,
-    Payout,
-    PayoutLimits,
-    PayoutStatus,
-    Resolution,
-    Settings,
-    check_transition,
-)
+from paymentcore.fields import optional_text, required_text, required_value
+from paymentcore.idempotency import Idempotency, check_key, fingerprint
+from paymentcore.models import PayoutStatus
 from paymentcore.money import parse_amount, to_decimal
-from paymentcore.ports import NetworkError, NetworkOutcome, PayoutRequest, Transaction
-
-DAY_MS = 86_400_000
-WEEK_MS = 7 * DAY_MS
-REVIEW_REASON = "Held for review: the amount is above the review threshold."
-REJECTED_REASON = "Declined during review; the money is back in the balance."
+from paymentcore.ports import NetworkError, NetworkOutcome, PayoutRequest, PayoutResult, Transaction
 
 
 @attrs.frozen
-class Effective:
-    """A merchant's payout limits for one currency as they apply now (minor units)."""
+class _NetworkAnswer:
+    """What the network said to a hand-over (``handed_over``) or to a status check."""
 
-    per_transaction: int | None
-    per_day: int | None
-    per_week: int | None
-    review_threshold: int | None
+    handed_over: bool
+    result: PayoutResult
 
 
 class Disburse:
     def __init__(self, deps: Deps, idempotency: Idempotency) -> None:
         self._deps = deps
         self._idem = idempotency
+        self._runner: Runner[models.Payout, _NetworkAnswer] = Runner(self, deps.store, deps.clock)
 
     # --- creating --------------------------------------------------------------------------------
 
-    def create(self, merchant_id: str, body: object, *, idempotency_key: str | None) -> Reply:
-        """POST /v1/disburse: checks, reservation and the PENDING payout, in one transaction; 201."""
-        if idempotency_key is None:
-            raise IdempotencyKeyRequiredError(param="Idempotency-Key")
+    def create(
+        self,
+        merchant_id: str,
+        *,
+        amount: Decimal | int,
+        currency: str,
+        phone: str,
+        idempotency_key: str,
+        recipient_name: str | None = None,
+        provider: str | None = None,
+        country: str | None = None,
+        merchant_reference: str | None = None,
+    ) -> Payout:
+        """Create a payout: checks, reservation and the PENDING payout, in one transaction.
+
+        ``amount`` is in the currency's units (``Decimal("12.50")`` or ``2500``; a float is refused).
+        ``country`` defaults to CM; ``provider`` is detected from the number when not given. The same
+        ``idempotency_key`` with the same arguments answers the original payout and moves nothing again;
+        with other arguments it raises :class:`IdempotencyKeyReusedError`.
+        """
         deps = self._deps
         cat = deps.catalogue
-        data = require_object(body)
-        print_ = fingerprint("disburse", data)
+        key = check_key(idempotency_key)
+        if key is None:
+            raise IdempotencyKeyRequiredError(param="idempotency_key")
+        print_ = fingerprint(
+            "disburse",
+            {
+                "amount": amount,
+                "currency": currency,
+                "phone": phone,
+                "recipient_name": recipient_name,
+                "provider": provider,
+                "country": country,
+                "merchant_reference": merchant_reference,
+            },
+        )
         with deps.store.transaction() as tx:  # a replay answers the original, whatever changed since
-            replay = self._idem.lookup(tx, merchant_id, idempotency_key, print_, deps.clock.now())
+            replay = self._replay(tx, merchant_id, key, print_, deps.clock.now())
             if replay is not None:
                 return replay
-            settings = tx.get_settings()
+            settings = tx.settings.get()
         if not settings.payouts_enabled:
             raise CapabilityDisabledError("Payouts are switched off platform-wide.")
-        currency = cat.currency(required(data, "currency"), settleable=True)
-        amount = parse_amount(required(data, "amount"), currency)
-        raw_phone = required_string(data, "phone", max_length=32)
-        recipient_name = optional_string(data, "recipientName", max_length=120)
-        merchant_reference = optional_string(data, "merchantReference", max_length=120, alias="reference")
-        country = cat.country(data.get("country") if data.get("country") is not None else "CM")
-        cat.check_currency_for_country(currency, country)
-        named = cat.provider(data["provider"]) if data.get("provider") is not None else None
-        phone, provider = cat.resolve_mobile(country=country, phone=raw_phone, provider=named)
+        cur = cat.currency(required_value(currency, "currency"), settleable=True)
+        minor = parse_amount(required_value(amount, "amount"), cur)
+        raw_phone = required_text(phone, "phone", max_length=32)
+        recipient_name = optional_text(recipient_name, "recipient_name", max_length=120)
+        merchant_reference = optional_text(merchant_reference, "merchant_reference", max_length=120)
+        where = cat.country(country if country is not None else "CM")
+        cat.check_currency_for_country(cur, where)
+        named = cat.provider(provider) if provider is not None else None
+        local_phone, network = cat.resolve_mobile(country=where, phone=raw_phone, provider=named)
         with deps.store.transaction() as tx:
             now = deps.clock.now()
-            replay = self._idem.lookup(tx, merchant_id, idempotency_key, print_, now)
+            replay = self._replay(tx, merchant_id, key, print_, now)
             if replay is not None:
                 return replay
             merchant = require_merchant(tx, merchant_id)
             if not merchant.approved:
                 raise MerchantNotApprovedError()
-            settings = tx.get_settings()
-            if not settings.payouts_enabled:
-                raise CapabilityDisabledError("Payouts are switched off platform-wide.")
-            blocked = _blocked_by(settings, merchant, currency.code)
+            settings = tx.settings.get()
+            blocked = blocked_by(settings, merchant, cur.code)
             if blocked is not None:
-                raise PayoutsNotConfiguredError(_blocked_message(blocked, currency.code), param="currency")
-            if provider.code in merchant.blocked_providers:
+                if blocked is BlockedBy.PLATFORM:
+                    raise CapabilityDisabledError("Payouts are switched off platform-wide.")
+                raise PayoutsNotConfiguredError(blocked.message(cur.code), param="currency")
+            if network.code in merchant.blocked_providers:
                 raise ProviderBlockedError(
-                    f"This account is restricted from {provider.code}.", param="provider"
+                    f"This account is restricted from {network.code}.", param="provider"
                 )
-            limits = self._effective(tx, merchant.id, currency.code)
-            self._check_limits(tx, merchant.id, currency.code, amount, limits, now)
+            limits = self._effective(tx, merchant.id, cur.code)
+            check_limits(
+                limits,
+                minor,
+                cur,
+                now=now,
+                spent_since=lambda since: tx.payouts.spent(merchant.id, cur.code, since),
+            )
             reference = deps.refs.payout(now)
             ledger.reserve(
                 tx,
                 entry_id=deps.refs.token("led"),
                 merchant_id=merchant.id,
-                currency=currency.code,
-                amount=amount,
+                currency=cur.code,
+                amount=minor,
                 reference=reference,
                 now=now,
-                decimals=currency.decimals,
+                decimals=cur.decimals,
             )
-            held = limits.review_threshold is not None and amount > limits.review_threshold
-            payout = Payout(
+            held = held_for_review(limits, minor)
+            payout = models.Payout(
                 reference=reference,
                 merchant_id=merchant.id,
                 status=PayoutStatus.PENDING,
-                amount=amount,
-                currency=currency.code,
-                phone=phone,
-                country=country.code,
-                provider=provider.code,
+                amount=minor,
+                currency=cur.code,
+                phone=local_phone,
+                country=where.code,
+                provider=network.code,
                 recipient_name=recipient_name,
                 merchant_reference=merchant_reference,
                 awaiting_review=held,
@@ -140,112 +174,87 @@ class Disburse:
                 status_reason=REVIEW_REASON if held else None,
                 next_check_at=None if held else now,
             )
-            tx.insert_payout(payout)
-            reply = Reply(201, render.payout_record(payout, catalogue=cat))
-            self._idem.save(tx, merchant_id, idempotency_key, print_, reply, now)
-            return reply
+            tx.payouts.add(payout)
+            record = payout_from(payout, catalogue=cat)
+            self._idem.save(tx, merchant_id, key, print_, dump(record), now)
+            return record
 
-    def _effective(self, tx: Transaction, merchant_id: str, currency: str) -> Effective:
-        limits = tx.get_limits(merchant_id, currency) or PayoutLimits(merchant_id, currency)
+    def _replay(self, tx: Transaction, merchant_id: str, key: str, print_: str, now: int) -> Payout | None:
+        kept = self._idem.lookup(tx, merchant_id, key, print_, now)
+        if kept is None:
+            return None
+        record = load(kept)
+        if isinstance(record, Payout):
+            return record
+        # an answer kept by a version before typed records: the payout it named, as it is now
+        payout = tx.payouts.get(str(kept.get("reference", ""))) if isinstance(kept, dict) else None
+        if payout is None:
+            raise NotFoundError("The payout this idempotency key created is gone.")
+        return payout_from(payout, catalogue=self._deps.catalogue)
+
+    def _effective(self, tx: Transaction, merchant_id: str, currency: str) -> EffectiveLimits:
         maximum = self._deps.catalogue.currencies[currency].max_minor
-        return Effective(
-            per_transaction=limits.per_transaction if limits.per_transaction is not None else maximum,
-            per_day=limits.per_day,
-            per_week=limits.per_week,
-            review_threshold=limits.review_threshold,
-        )
-
-    def _check_limits(
-        self, tx: Transaction, merchant_id: str, currency: str, amount: int, limits: Effective, now: int
-    ) -> None:
-        cur = self._deps.catalogue.currencies[currency]
-
-        def refuse(name: str, ceiling: int, spent: int | None) -> PayoutLimitExceededError:
-            details: dict[str, Any] = {
-                "limit": name,
-                "ceiling": to_decimal(ceiling, cur),
-                "currency": currency,
-            }
-            if spent is not None:
-                details["spent"] = to_decimal(spent, cur)
-                details["remaining"] = to_decimal(max(0, ceiling - spent), cur)
-            label = {"perTransaction": "per-payout", "perDay": "rolling 24-hour", "perWeek": "rolling 7-day"}
-            return PayoutLimitExceededError(
-                f"This payout is over the {label[name]} ceiling of {to_decimal(ceiling, cur)} {currency}.",
-                param="amount",
-                details=details,
-            )
-
-        if limits.per_transaction is not None and amount > limits.per_transaction:
-            raise refuse("perTransaction", limits.per_transaction, None)
-        if limits.per_day is not None:
-            spent = tx.spent(merchant_id, currency, now - DAY_MS)
-            if spent + amount > limits.per_day:
-                raise refuse("perDay", limits.per_day, spent)
-        if limits.per_week is not None:
-            spent = tx.spent(merchant_id, currency, now - WEEK_MS)
-            if spent + amount > limits.per_week:
-                raise refuse("perWeek", limits.per_week, spent)
+        return effective_limits(tx.limits.get(merchant_id, currency), maximum)
 
     # --- reading ---------------------------------------------------------------------------------
 
-    def get(self, merchant_id: str, reference: str) -> dict[str, Any]:
+    def get(self, merchant_id: str, reference: str) -> Payout:
+        """The merchant's payout ``reference``; NotFoundError also for another merchant's."""
         with self._deps.store.read() as tx:
-            payout = tx.get_payout(reference)
+            payout = tx.payouts.get(reference)
         if payout is None or payout.merchant_id != merchant_id:
             raise NotFoundError("No such payout on this account.")
-        return render.payout_record(payout, catalogue=self._deps.catalogue)
+        return payout_from(payout, catalogue=self._deps.catalogue)
 
-    def find(self, reference: str) -> Payout:
+    def _public(self, payout: models.Payout) -> Payout:
+        return payout_from(payout, catalogue=self._deps.catalogue)
+
+    def find(self, reference: str) -> models.Payout:
         with self._deps.store.read() as tx:
-            payout = tx.get_payout(reference)
+            payout = tx.payouts.get(reference)
         if payout is None:
             raise NotFoundError(f"No payout {reference[:80]}.", param="reference")
         return payout
 
-    def limits(self, merchant_id: str, currency_code: object) -> dict[str, Any]:
-        """GET /v1/account/disburse-limits/{currency}."""
+    def limits(self, merchant_id: str, currency: str) -> PayoutAllowance:
+        """What the merchant may pay out in ``currency`` now: switches, ceilings, rolling spend."""
         deps = self._deps
-        currency = deps.catalogue.currency(currency_code, settleable=True)
+        cur = deps.catalogue.currency(currency, settleable=True)
         now = deps.clock.now()
         with deps.store.read() as tx:
             merchant = require_merchant(tx, merchant_id)
-            settings = tx.get_settings()
-            blocked = _blocked_by(settings, merchant, currency.code)
-            record: dict[str, Any] = {
-                "currency": currency.code,
-                "enabled": blocked is None,
-                "platformEnabled": settings.payouts_enabled,
-                "configured": merchant.payouts_enabled and currency.code not in settings.closed_currencies,
-                "blockedBy": blocked,
-                "message": None if blocked is None else _blocked_message(blocked, currency.code),
-            }
+            settings = tx.settings.get()
+            blocked = blocked_by(settings, merchant, cur.code)
+            allowance = PayoutAllowance(
+                currency=cur.code,
+                enabled=blocked is None,
+                platform_enabled=settings.payouts_enabled,
+                configured=merchant.payouts_enabled and cur.code not in settings.closed_currencies,
+                blocked_by=None if blocked is None else blocked.value,
+                message=None if blocked is None else blocked.message(cur.code),
+            )
             if blocked is not None:
-                return record
-            limits = self._effective(tx, merchant.id, currency.code)
-            spent_day = tx.spent(merchant.id, currency.code, now - DAY_MS)
-            spent_week = tx.spent(merchant.id, currency.code, now - WEEK_MS)
+                return allowance
+            limits = self._effective(tx, merchant.id, cur.code)
+            spent_day = tx.payouts.spent(merchant.id, cur.code, now - DAY_MS)
+            spent_week = tx.payouts.spent(merchant.id, cur.code, now - WEEK_MS)
 
-        def show(value: int | None) -> Any:
-            return None if value is None else to_decimal(value, currency)
+        def show(value: int | None) -> Decimal | None:
+            return None if value is None else to_decimal(value, cur)
 
-        record.update(
-            {
-                "perTransaction": show(limits.per_transaction),
-                "perDay": show(limits.per_day),
-                "perWeek": show(limits.per_week),
-                "reviewThreshold": show(limits.review_threshold),
-                "spentToday": to_decimal(spent_day, currency),
-                "spentThisWeek": to_decimal(spent_week, currency),
-                "remainingToday": None
-                if limits.per_day is None
-                else show(max(0, limits.per_day - spent_day)),
-                "remainingThisWeek": (
-                    None if limits.per_week is None else show(max(0, limits.per_week - spent_week))
-                ),
-            }
+        return attrs.evolve(
+            allowance,
+            per_transaction=show(limits.per_transaction),
+            per_day=show(limits.per_day),
+            per_week=show(limits.per_week),
+            review_threshold=show(limits.review_threshold),
+            spent_today=to_decimal(spent_day, cur),
+            spent_this_week=to_decimal(spent_week, cur),
+            remaining_today=None if limits.per_day is None else show(max(0, limits.per_day - spent_day)),
+            remaining_this_week=(
+                None if limits.per_week is None else show(max(0, limits.per_week - spent_week))
+            ),
         )
-        return record
 
     # --- operator actions ------------------------------------------------------------------------
 
@@ -254,43 +263,21 @@ class Disburse:
         deps = self._deps
         with deps.store.transaction() as tx:
             payout = self._require(tx, reference)
-            if payout.status is not PayoutStatus.PENDING or not payout.awaiting_review:
-                raise InvalidTransitionError(
-                    f"Payout {reference} is {payout.status.value} and not held for review; nothing released."
-                )
-            now = deps.clock.now()
-            tx.update_payout(
-                attrs.evolve(
-                    payout, awaiting_review=False, status_reason=None, next_check_at=now, updated_at=now
-                )
-            )
+            tx.payouts.update(payout.release_from_review(deps.clock.now()))
         self.advance(reference)
-        return self.find(reference)
+        return self._public(self.find(reference))
 
     def reject(self, reference: str) -> Payout:
         """Review decline: REJECTED, the reservation released, event disburse.failed."""
         deps = self._deps
         with deps.store.transaction() as tx:
             payout = self._require(tx, reference)
-            if payout.status is not PayoutStatus.PENDING or not payout.awaiting_review:
-                raise InvalidTransitionError(
-                    f"Payout {reference} is {payout.status.value} and not held for review; nothing rejected."
-                )
-            check_transition(PAYOUT_TRANSITIONS, payout.status, PayoutStatus.REJECTED, "payout")
             now = deps.clock.now()
-            self._release_money(tx, payout, now)
-            rejected = attrs.evolve(
-                payout,
-                status=PayoutStatus.REJECTED,
-                awaiting_review=False,
-                status_reason=REJECTED_REASON,
-                resolution=Resolution.RELEASED,
-                next_check_at=None,
-                updated_at=now,
-            )
-            tx.update_payout(rejected)
+            rejected = payout.reject(now)
+            self._move_money(tx, payout, ledger.release, now)
+            tx.payouts.update(rejected)
             self._emit(tx, rejected, "disburse.failed", now)
-            return rejected
+            return self._public(rejected)
 
     def resolve(self, reference: str) -> Payout:
         """Ask the network whether a FAILED (or never-confirmed SENT) payout's money moved, and settle it."""
@@ -309,143 +296,98 @@ class Disburse:
                 raise InvalidTransitionError(f"Payout {reference} changed meanwhile; nothing was done.")
             now = deps.clock.now()
             if moved:
-                check_transition(PAYOUT_TRANSITIONS, current.status, PayoutStatus.PAID, "payout")
-                resolved = self._pay(tx, current, now, reason=None)
-            else:
-                if current.status is PayoutStatus.SENT:
-                    check_transition(PAYOUT_TRANSITIONS, current.status, PayoutStatus.FAILED, "payout")
-                self._release_money(tx, current, now)
-                resolved = attrs.evolve(
-                    current,
-                    status=PayoutStatus.FAILED,
-                    status_reason=(current.status_reason or "The network did not complete the payout.")
-                    + " Resolved: no money moved; returned to the balance.",
-                    resolution=Resolution.RELEASED,
-                    next_check_at=None,
-                    updated_at=now,
-                )
-                tx.update_payout(resolved)
-                if current.status is PayoutStatus.SENT:
-                    self._emit(tx, resolved, "disburse.failed", now)
-            return resolved
+                return self._public(self._pay(tx, current, now))
+            resolved = current.resolve_released(now)
+            self._move_money(tx, current, ledger.release, now)
+            tx.payouts.update(resolved)
+            if current.status is PayoutStatus.SENT:
+                self._emit(tx, resolved, "disburse.failed", now)
+            return self._public(resolved)
 
-    # --- the worker's part -----------------------------------------------------------------------
+    # --- the worker's part (a Task of paymentcore._work) -------------------------------------------
 
     def process_due(self, limit: int = 100) -> int:
-        now = self._deps.clock.now()
-        with self._deps.store.read() as tx:
-            due = tx.due_payouts(now, limit)
-        for payout in due:
-            self.advance(payout.reference)
-        return len(due)
+        return self._runner.run_due(limit)
 
     def advance(self, reference: str) -> None:
         """Dispatch a due PENDING payout, or ask the network about a SENT one."""
-        deps = self._deps
-        lease_ms = deps.config.dispatch_lease_seconds * 1000
-        with deps.store.transaction() as tx:
-            payout = tx.get_payout(reference)
-            now = deps.clock.now()
-            if (
-                payout is None
-                or payout.next_check_at is None
-                or payout.next_check_at > now
-                or payout.status not in (PayoutStatus.PENDING, PayoutStatus.SENT)
-                or payout.awaiting_review
-            ):
-                return
-            # claim it: another worker skips it until the lease runs out
-            payout = attrs.evolve(payout, next_check_at=now + lease_ms)
-            if payout.status is PayoutStatus.PENDING and payout.sent_at is None:
-                payout = attrs.evolve(payout, sent_at=now)
-            tx.update_payout(payout)
-        request = _request_of(payout)
+        self._runner.run_one(reference)
+
+    def due(self, tx: Transaction, now: int, limit: int) -> list[str]:
+        return [payout.reference for payout in tx.payouts.due(now, limit)]
+
+    def claim(self, tx: Transaction, key: str, now: int) -> models.Payout | None:
+        payout = tx.payouts.get(key)
+        if payout is None or not payout_is_due(payout, now):
+            return None
+        # another worker skips it until the lease runs out
+        payout = attrs.evolve(payout, next_check_at=now + self._deps.config.dispatch_lease_seconds * 1000)
+        if payout.status is PayoutStatus.PENDING and payout.sent_at is None:
+            payout = attrs.evolve(payout, sent_at=now)
+        tx.payouts.update(payout)
+        return payout
+
+    def act(self, claim: models.Payout, now: int) -> _NetworkAnswer | None:
+        """Hand a PENDING payout over, or ask about a SENT one (never both in one step)."""
+        network = self._deps.network
+        request = _request_of(claim)
         try:
-            if payout.status is PayoutStatus.PENDING:
-                result = deps.network.send_payout(request)
-                self._after_send(reference, result.outcome, result.provider_reference, result.reason)
-            result = deps.network.payout_status(request, deps.clock.now())
+            if claim.status is PayoutStatus.PENDING:
+                return _NetworkAnswer(handed_over=True, result=network.send_payout(request))
+            return _NetworkAnswer(handed_over=False, result=network.payout_status(request, now))
         except NetworkError:
-            return  # the lease runs out and a worker tries again, with the same reference
-        self._after_check(reference, result.outcome, result.provider_reference, result.reason)
+            return None  # the lease runs out and a worker tries again, with the same reference
 
-    def _after_send(
-        self, reference: str, outcome: NetworkOutcome, provider_reference: str | None, reason: str | None
-    ) -> None:
-        deps = self._deps
-        with deps.store.transaction() as tx:
-            payout = self._require(tx, reference)
-            if payout.status is not PayoutStatus.PENDING:
-                return
-            now = deps.clock.now()
-            if outcome is NetworkOutcome.FAILED:
-                self._fail(tx, payout, reason or "The network refused the payout.", now)
-                return
-            check_transition(PAYOUT_TRANSITIONS, payout.status, PayoutStatus.SENT, "payout")
-            sent = attrs.evolve(
-                payout,
-                status=PayoutStatus.SENT,
-                provider_reference=provider_reference or payout.provider_reference,
-                status_reason=None,
-                next_check_at=now + int(deps.config.poll_interval_seconds * 1000),
-                updated_at=now,
-            )
-            tx.update_payout(sent)
-            self._emit(tx, sent, "disburse.sent", now)
+    def record(self, tx: Transaction, claim: models.Payout, outcome: _NetworkAnswer, now: int) -> bool:
+        if outcome.handed_over:
+            return self._after_send(tx, claim.reference, outcome.result, now)
+        self._after_check(tx, claim.reference, outcome.result, now)
+        return False
 
-    def _after_check(
-        self, reference: str, outcome: NetworkOutcome, provider_reference: str | None, reason: str | None
-    ) -> None:
-        deps = self._deps
-        with deps.store.transaction() as tx:
-            payout = self._require(tx, reference)
-            if payout.status is not PayoutStatus.SENT:
-                return
-            now = deps.clock.now()
-            if provider_reference and not payout.provider_reference:
-                payout = attrs.evolve(payout, provider_reference=provider_reference)
-            if outcome is NetworkOutcome.SUCCESS:
-                self._pay(tx, payout, now, reason=None)
-            elif outcome is NetworkOutcome.FAILED:
-                self._fail(tx, payout, reason or "The network did not complete the payout.", now)
-            else:
-                tx.update_payout(
-                    attrs.evolve(payout, next_check_at=now + int(deps.config.poll_interval_seconds * 1000))
-                )
+    def _after_send(self, tx: Transaction, reference: str, result: PayoutResult, now: int) -> bool:
+        """Record the hand-over; True when accepted (SENT), so that its status is asked at once."""
+        payout = self._require(tx, reference)
+        if payout.status is not PayoutStatus.PENDING:
+            return False
+        if result.outcome is NetworkOutcome.FAILED:
+            self._fail(tx, payout, result.reason or "The network refused the payout.", now)
+            return False
+        sent = payout.mark_sent(now, provider_reference=result.provider_reference, next_check_at=now)
+        tx.payouts.update(sent)
+        self._emit(tx, sent, "disburse.sent", now)
+        return True
+
+    def _after_check(self, tx: Transaction, reference: str, result: PayoutResult, now: int) -> None:
+        payout = self._require(tx, reference)
+        if payout.status is not PayoutStatus.SENT:
+            return
+        if result.provider_reference and not payout.provider_reference:
+            payout = attrs.evolve(payout, provider_reference=result.provider_reference)
+        if result.outcome is NetworkOutcome.SUCCESS:
+            self._pay(tx, payout, now)
+        elif result.outcome is NetworkOutcome.FAILED:
+            self._fail(tx, payout, result.reason or "The network did not complete the payout.", now)
+        else:
+            next_at = now + int(self._deps.config.poll_interval_seconds * 1000)
+            tx.payouts.update(attrs.evolve(payout, next_check_at=next_at))
 
     # --- shared steps ----------------------------------------------------------------------------
 
-    def _pay(self, tx: Transaction, payout: Payout, now: int, *, reason: str | None) -> Payout:
-        check_transition(PAYOUT_TRANSITIONS, payout.status, PayoutStatus.PAID, "payout")
-        self._resolve_money(tx, payout, ledger.post, now)
-        paid = attrs.evolve(
-            payout,
-            status=PayoutStatus.PAID,
-            status_reason=reason,
-            resolution=Resolution.POSTED,
-            next_check_at=None,
-            updated_at=now,
-        )
-        tx.update_payout(paid)
+    def _pay(self, tx: Transaction, payout: models.Payout, now: int) -> models.Payout:
+        paid = payout.mark_paid(now)
+        self._move_money(tx, payout, ledger.post, now)
+        tx.payouts.update(paid)
         self._emit(tx, paid, "disburse.succeeded", now)
         return paid
 
-    def _fail(self, tx: Transaction, payout: Payout, reason: str, now: int) -> None:
+    def _fail(self, tx: Transaction, payout: models.Payout, reason: str, now: int) -> None:
         """PENDING or SENT -> FAILED: the money stays reserved until the payout is resolved."""
-        check_transition(PAYOUT_TRANSITIONS, payout.status, PayoutStatus.FAILED, "payout")
-        failed = attrs.evolve(
-            payout, status=PayoutStatus.FAILED, status_reason=reason, next_check_at=None, updated_at=now
-        )
-        tx.update_payout(failed)
+        failed = payout.mark_failed(reason, now)
+        tx.payouts.update(failed)
         self._emit(tx, failed, "disburse.failed", now)
 
-    def _release_money(self, tx: Transaction, payout: Payout, now: int) -> None:
-        self._resolve_money(tx, payout, ledger.release, now)
-
-    def _resolve_money(self, tx: Transaction, payout: Payout, movement: Any, now: int) -> None:
-        """Post or release a payout's reservation: at most once per payout."""
-        if payout.resolution is not None:
-            raise InvalidTransitionError(f"Payout {payout.reference} is already resolved.")
+    def _move_money(self, tx: Transaction, payout: models.Payout, movement: Any, now: int) -> None:
+        """Post or release a payout's reservation (the record's transition has refused a second one)."""
         movement(
             tx,
             entry_id=self._deps.refs.token("led"),
@@ -456,7 +398,7 @@ class Disburse:
             now=now,
         )
 
-    def _emit(self, tx: Transaction, payout: Payout, event_type: str, now: int) -> None:
+    def _emit(self, tx: Transaction, payout: models.Payout, event_type: str, now: int) -> None:
         self._deps.emit(
             tx,
             payout.merchant_id,
@@ -466,32 +408,14 @@ class Disburse:
         )
 
     @staticmethod
-    def _require(tx: Transaction, reference: str) -> Payout:
-        payout = tx.get_payout(reference)
+    def _require(tx: Transaction, reference: str) -> models.Payout:
+        payout = tx.payouts.get(reference)
         if payout is None:
             raise NotFoundError(f"No payout {reference[:80]}.", param="reference")
         return payout
 
 
-def _blocked_by(settings: Settings, merchant: Merchant, currency: str) -> str | None:
-    if not settings.payouts_enabled:
-        return "PLATFORM"
-    if not merchant.payouts_enabled:
-        return "ACCOUNT_DISABLED"
-    if currency in settings.closed_currencies:
-        return "CURRENCY_CLOSED"
-    return None
-
-
-def _blocked_message(blocked: str, currency: str) -> str:
-    return {
-        "PLATFORM": "Payouts are switched off platform-wide.",
-        "ACCOUNT_DISABLED": "Payouts are disabled for this account.",
-        "CURRENCY_CLOSED": f"Payouts in {currency} are closed.",
-    }[blocked]
-
-
-def _request_of(payout: Payout) -> PayoutRequest:
+def _request_of(payout: models.Payout) -> PayoutRequest:
     return PayoutRequest(
         reference=payout.reference,
         provider=payout.provider,

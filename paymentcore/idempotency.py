@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any
 
 import attrs
@@ -22,31 +24,32 @@ from paymentcore.ports import SecretBox, Transaction
 MAX_KEY_LENGTH = 200
 
 
-@attrs.frozen
-class Reply:
-    """What an operation answered: its HTTP-style status and the JSON body."""
-
-    status: int
-    body: dict[str, Any]
-
-
 def check_key(key: str | None) -> str | None:
     if key is None:
         return None
+    if not isinstance(key, str):
+        raise InvalidRequestError("The idempotency key must be a string.", param="idempotency_key")
     if len(key) > MAX_KEY_LENGTH:
-        raise IdempotencyKeyTooLongError(param="Idempotency-Key")
+        raise IdempotencyKeyTooLongError(
+            f"The idempotency key must be at most {MAX_KEY_LENGTH} characters.", param="idempotency_key"
+        )
     if not key.strip():
-        raise InvalidRequestError("The Idempotency-Key header is empty.", param="Idempotency-Key")
+        raise InvalidRequestError("The idempotency key is empty.", param="idempotency_key")
     return key
 
 
-def fingerprint(operation: str, body: Any) -> str:
-    """A digest of the operation and its body, independent of key order and whitespace.
+def fingerprint(operation: str, arguments: Mapping[str, Any]) -> str:
+    """A digest of the operation and its arguments, independent of their order.
 
     Numbers are written as ``str(Decimal)`` (scientific notation for huge exponents), never expanded,
-    so a hostile number costs no more to fingerprint than its own text.
+    so a hostile number costs no more to fingerprint than its own text; an ``int`` is written as the
+    equal ``Decimal`` is (``2500`` and ``Decimal("2500")`` are the same argument).
     """
-    canonical = json.dumps(body, sort_keys=True, default=str, separators=(",", ":"))
+    plain = {
+        name: str(Decimal(value)) if isinstance(value, int) and not isinstance(value, bool) else value
+        for name, value in arguments.items()
+    }
+    canonical = json.dumps(plain, sort_keys=True, default=str, separators=(",", ":"))
     return hashlib.sha256(f"{operation}\n{canonical}".encode()).hexdigest()
 
 
@@ -55,20 +58,19 @@ class Idempotency:
     retention_ms: int
     box: SecretBox
 
-    def lookup(
-        self, tx: Transaction, merchant_id: str, key: str | None, print_: str, now: int
-    ) -> Reply | None:
+    def lookup(self, tx: Transaction, merchant_id: str, key: str | None, print_: str, now: int) -> Any:
+        """The answer kept for ``key`` (plain data), or None when there is none (or it expired)."""
         if key is None:
             return None
-        record = tx.get_idempotency(merchant_id, key)
+        record = tx.idempotency.get(merchant_id, key)
         if record is None or record.created_at < now - self.retention_ms:
             return None
         if record.fingerprint != print_:
-            raise IdempotencyKeyReusedError(param="Idempotency-Key")
+            raise IdempotencyKeyReusedError(param="idempotency_key")
         body = record.body or "{}"
         if body.startswith("enc:"):
             body = self.box.decrypt(body[4:])
-        return Reply(record.status_code or 200, wire.loads(body))
+        return wire.loads(body)
 
     def save(
         self,
@@ -76,23 +78,24 @@ class Idempotency:
         merchant_id: str,
         key: str | None,
         print_: str,
-        reply: Reply,
+        answer: Any,
         now: int,
         *,
         sensitive: bool = False,
     ) -> None:
+        """Keep ``answer`` (plain data) for ``key``, in the caller's transaction."""
         if key is None:
             return
-        body = wire.dumps(reply.body)
+        body = wire.dumps(answer)
         if sensitive:
             body = "enc:" + self.box.encrypt(body)
-        tx.put_idempotency(
+        tx.idempotency.put(
             IdempotencyRecord(
                 merchant_id=merchant_id,
                 key=key,
                 fingerprint=print_,
                 created_at=now,
-                status_code=reply.status,
+                status_code=None,
                 body=body,
             )
         )

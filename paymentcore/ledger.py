@@ -47,7 +47,7 @@ def _write(
 ) -> Balance:
     if sum(leg.amount for leg in legs) != 0:
         raise LedgerInvariantError(f"entry {entry_id} does not balance")
-    tx.append_entry(
+    tx.ledger.append(
         LedgerEntry(
             id=entry_id,
             merchant_id=balance.merchant_id,
@@ -58,7 +58,7 @@ def _write(
             created_at=now,
         )
     )
-    tx.put_balance(new_balance)
+    tx.ledger.put_balance(new_balance)
     return new_balance
 
 
@@ -75,7 +75,7 @@ def credit(
 ) -> Balance:
     if net < 0 or fee < 0 or net + fee <= 0:
         raise ValueError("a credit moves a positive amount")
-    balance = tx.get_balance(merchant_id, currency)
+    balance = tx.ledger.balance(merchant_id, currency)
     legs = [
         LedgerLeg("network", -(net + fee)),
         LedgerLeg(_account(merchant_id, "available"), net),
@@ -110,7 +110,7 @@ def _move(
     """Move ``amount`` between two of the merchant's accounts (available, reserved, paid_out)."""
     if amount <= 0:
         raise ValueError(f"a {kind} moves a positive amount")
-    balance = tx.get_balance(merchant_id, currency)
+    balance = tx.ledger.balance(merchant_id, currency)
     held: int = getattr(balance, source)
     if held < amount:
         raise LedgerInvariantError(f"{kind} of {amount} with only {held} in {source}")
@@ -143,7 +143,7 @@ def reserve(
     decimals: int,
 ) -> Balance:
     """A payout is created: available -> reserved, or INSUFFICIENT_BALANCE."""
-    available = tx.get_balance(merchant_id, currency).available
+    available = tx.ledger.balance(merchant_id, currency).available
     if available < amount:
         have, need = minor_to_decimal(available, decimals), minor_to_decimal(amount, decimals)
         raise InsufficientBalanceError(
@@ -201,7 +201,7 @@ def check_invariant(tx: Transaction, merchant_id: str, currency: str) -> Balance
     available = _account(merchant_id, "available")
     reserved = _account(merchant_id, "reserved")
     paid_out = _account(merchant_id, "paid_out")
-    for entry in tx.list_entries(merchant_id, currency):
+    for entry in tx.ledger.entries(merchant_id, currency):
         if sum(leg.amount for leg in entry.legs) != 0:
             raise LedgerInvariantError(f"entry {entry.id} does not balance")
         for leg in entry.legs:
@@ -213,7 +213,7 @@ def check_invariant(tx: Transaction, merchant_id: str, currency: str) -> Balance
                 derived = attrs.evolve(derived, reserved=derived.reserved + leg.amount)
             elif leg.account == paid_out:
                 derived = attrs.evolve(derived, paid_out=derived.paid_out + leg.amount)
-    stored = tx.get_balance(merchant_id, currency)
+    stored = tx.ledger.balance(merchant_id, currency)
     if stored != derived:
         raise LedgerInvariantError(f"stored balance {stored} differs from the journal {derived}")
     if derived.credited != derived.available + derived.reserved + derived.paid_out:

@@ -14,6 +14,10 @@ import attrs
 
 from paymentcore.errors import InvalidTransitionError
 
+REJECTED_REASON = "Declined during review; the money is back in the balance."
+UNCOMPLETED_REASON = "The network did not complete the payout."
+RESOLVED_RELEASED_SUFFIX = " Resolved: no money moved; returned to the balance."
+
 
 class Scope(enum.Enum):
     COLLECT = "collect"
@@ -168,6 +172,46 @@ class Collection:
     failure_category: str | None = None
     failure_reason: str | None = None
 
+    def _to(self, target: CollectionStatus) -> None:
+        check_transition(COLLECTION_TRANSITIONS, self.status, target, "collection")
+
+    def start_processing(self, now: int, next_check_at: int) -> Collection:
+        """PENDING -> PROCESSING: the prompt is with the network."""
+        self._to(CollectionStatus.PROCESSING)
+        return attrs.evolve(
+            self, status=CollectionStatus.PROCESSING, next_check_at=next_check_at, updated_at=now
+        )
+
+    def settle(self, *, net: int, fee: int, now: int) -> Collection:
+        """PROCESSING -> SUCCESS, settled net of ``fee`` in the charged currency."""
+        self._to(CollectionStatus.SUCCESS)
+        if self.charged_currency is None:
+            raise InvalidTransitionError(
+                f"Collection {self.reference} was never charged; it cannot settle.",
+                details={"status": self.status.value, "requested": CollectionStatus.SUCCESS.value},
+            )
+        return attrs.evolve(
+            self,
+            status=CollectionStatus.SUCCESS,
+            settled_amount=net,
+            settled_currency=self.charged_currency,
+            fee_amount=fee,
+            next_check_at=None,
+            updated_at=now,
+        )
+
+    def fail(self, category: str, reason: str, now: int) -> Collection:
+        """PENDING or PROCESSING -> FAILED with a category (EXPIRED, TIMEOUT, DECLINED, ...)."""
+        self._to(CollectionStatus.FAILED)
+        return attrs.evolve(
+            self,
+            status=CollectionStatus.FAILED,
+            failure_category=category,
+            failure_reason=reason,
+            next_check_at=None,
+            updated_at=now,
+        )
+
 
 @attrs.frozen
 class Payout:
@@ -189,6 +233,92 @@ class Payout:
     sent_at: int | None = None
     next_check_at: int | None = None  # dispatch lease, or next status check once SENT
     resolution: Resolution | None = None
+
+    def _to(self, target: PayoutStatus) -> None:
+        check_transition(PAYOUT_TRANSITIONS, self.status, target, "payout")
+
+    def _require_held(self, action: str) -> None:
+        if self.status is not PayoutStatus.PENDING or not self.awaiting_review:
+            raise InvalidTransitionError(
+                f"Payout {self.reference} is {self.status.value} and not held for review; nothing {action}."
+            )
+
+    def _require_unresolved(self) -> None:
+        if self.resolution is not None:
+            raise InvalidTransitionError(f"Payout {self.reference} is already resolved.")
+
+    def mark_sent(self, now: int, *, provider_reference: str | None, next_check_at: int) -> Payout:
+        """PENDING -> SENT: the network accepted it; a missing provider reference keeps the old one."""
+        self._to(PayoutStatus.SENT)
+        return attrs.evolve(
+            self,
+            status=PayoutStatus.SENT,
+            provider_reference=provider_reference or self.provider_reference,
+            status_reason=None,
+            next_check_at=next_check_at,
+            updated_at=now,
+        )
+
+    def mark_paid(self, now: int) -> Payout:
+        """SENT or FAILED -> PAID: the reservation is posted, which happens at most once."""
+        self._to(PayoutStatus.PAID)
+        self._require_unresolved()
+        return attrs.evolve(
+            self,
+            status=PayoutStatus.PAID,
+            status_reason=None,
+            resolution=Resolution.POSTED,
+            next_check_at=None,
+            updated_at=now,
+        )
+
+    def mark_failed(self, reason: str, now: int) -> Payout:
+        """PENDING or SENT -> FAILED: the money stays reserved until the payout is resolved."""
+        self._to(PayoutStatus.FAILED)
+        return attrs.evolve(
+            self, status=PayoutStatus.FAILED, status_reason=reason, next_check_at=None, updated_at=now
+        )
+
+    def reject(self, now: int) -> Payout:
+        """A payout held for review is declined: REJECTED, its reservation released."""
+        self._require_held("rejected")
+        self._to(PayoutStatus.REJECTED)
+        self._require_unresolved()
+        return attrs.evolve(
+            self,
+            status=PayoutStatus.REJECTED,
+            awaiting_review=False,
+            status_reason=REJECTED_REASON,
+            resolution=Resolution.RELEASED,
+            next_check_at=None,
+            updated_at=now,
+        )
+
+    def release_from_review(self, now: int) -> Payout:
+        """A payout held for review is let go: still PENDING, due for dispatch at ``now``."""
+        self._require_held("released")
+        return attrs.evolve(
+            self, awaiting_review=False, status_reason=None, next_check_at=now, updated_at=now
+        )
+
+    def resolve_released(self, now: int) -> Payout:
+        """An unresolved FAILED or SENT payout moved no money: FAILED, its reservation released."""
+        if self.resolution is not None or self.status not in (PayoutStatus.FAILED, PayoutStatus.SENT):
+            raise InvalidTransitionError(
+                f"Payout {self.reference} is {self.status.value}"
+                + (" and already resolved" if self.resolution is not None else "")
+                + "; only an unresolved FAILED or SENT payout can be resolved."
+            )
+        if self.status is PayoutStatus.SENT:
+            self._to(PayoutStatus.FAILED)
+        return attrs.evolve(
+            self,
+            status=PayoutStatus.FAILED,
+            status_reason=(self.status_reason or UNCOMPLETED_REASON) + RESOLVED_RELEASED_SUFFIX,
+            resolution=Resolution.RELEASED,
+            next_check_at=None,
+            updated_at=now,
+        )
 
 
 @attrs.frozen

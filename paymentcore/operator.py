@@ -11,6 +11,7 @@ from typing import Any
 
 import attrs
 
+from paymentcore._records import MerchantBalance
 from paymentcore.access import hash_key, new_secret
 from paymentcore.deps import Deps, require_merchant
 from paymentcore.errors import InvalidRequestError, NotFoundError
@@ -64,7 +65,7 @@ class Operator:
             created_at=self._deps.clock.now(),
         )
         with self._deps.store.transaction() as tx:
-            tx.put_merchant(merchant)
+            tx.merchants.put(merchant)
         return merchant
 
     def get_merchant(self, merchant_id: str) -> Merchant:
@@ -73,12 +74,12 @@ class Operator:
 
     def list_merchants(self) -> list[Merchant]:
         with self._deps.store.read() as tx:
-            return tx.list_merchants()
+            return tx.merchants.list()
 
     def _change_merchant(self, merchant_id: str, **changes: Any) -> Merchant:
         with self._deps.store.transaction() as tx:
             merchant = attrs.evolve(require_merchant(tx, merchant_id), **changes)
-            tx.put_merchant(merchant)
+            tx.merchants.put(merchant)
             return merchant
 
     def approve_merchant(self, merchant_id: str) -> Merchant:
@@ -103,7 +104,7 @@ class Operator:
             else:
                 providers.discard(provider)
             merchant = attrs.evolve(merchant, blocked_providers=frozenset(providers))
-            tx.put_merchant(merchant)
+            tx.merchants.put(merchant)
             return merchant
 
     # --- keys ------------------------------------------------------------------------------------
@@ -142,16 +143,16 @@ class Operator:
                 revoked=False,
                 created_at=self._deps.clock.now(),
             )
-            tx.put_key(key)
+            tx.keys.put(key)
         return CreatedKey(key=key, api_key=secret)
 
     def _change_key(self, key_id: str, **changes: Any) -> ApiKey:
         with self._deps.store.transaction() as tx:
-            key = tx.get_key(key_id)
+            key = tx.keys.get(key_id)
             if key is None:
                 raise NotFoundError(f"No API key {key_id}.", param="key")
             key = attrs.evolve(key, **changes)
-            tx.put_key(key)
+            tx.keys.put(key)
             return key
 
     def revoke_key(self, key_id: str) -> ApiKey:
@@ -173,12 +174,12 @@ class Operator:
 
     def settings(self) -> Settings:
         with self._deps.store.read() as tx:
-            return tx.get_settings()
+            return tx.settings.get()
 
     def _change_settings(self, **changes: Any) -> Settings:
         with self._deps.store.transaction() as tx:
-            settings = attrs.evolve(tx.get_settings(), **changes)
-            tx.put_settings(settings)
+            settings = attrs.evolve(tx.settings.get(), **changes)
+            tx.settings.put(settings)
             return settings
 
     def set_platform_payouts(self, enabled: bool) -> Settings:
@@ -190,14 +191,14 @@ class Operator:
     def set_currency_payouts(self, currency: str, open_: bool) -> Settings:
         code = self._deps.catalogue.currency(currency, settleable=True).code
         with self._deps.store.transaction() as tx:
-            settings = tx.get_settings()
+            settings = tx.settings.get()
             closed = set(settings.closed_currencies)
             if open_:
                 closed.discard(code)
             else:
                 closed.add(code)
             settings = attrs.evolve(settings, closed_currencies=frozenset(closed))
-            tx.put_settings(settings)
+            tx.settings.put(settings)
             return settings
 
     # --- payout limits ---------------------------------------------------------------------------
@@ -226,29 +227,29 @@ class Operator:
             changes[name] = _limit_value(value, cur.decimals, name)
         with self._deps.store.transaction() as tx:
             require_merchant(tx, merchant_id)
-            limits = tx.get_limits(merchant_id, cur.code) or PayoutLimits(
+            limits = tx.limits.get(merchant_id, cur.code) or PayoutLimits(
                 merchant_id=merchant_id, currency=cur.code
             )
             limits = attrs.evolve(limits, **changes)  # type: ignore[arg-type]
-            tx.put_limits(limits)
+            tx.limits.put(limits)
             return limits
 
     # --- balances --------------------------------------------------------------------------------
 
-    def balances(self, merchant_id: str) -> list[dict[str, Any]]:
-        """Available and reserved money per currency (the spec's amounts, as Decimals)."""
+    def balances(self, merchant_id: str) -> list[MerchantBalance]:
+        """Available and reserved money per currency, in the currencies' units."""
         with self._deps.store.read() as tx:
             require_merchant(tx, merchant_id)
-            balances = tx.list_balances(merchant_id)
+            balances = tx.ledger.balances(merchant_id)
         result = []
         for balance in balances:
             currency = self._deps.catalogue.currencies[balance.currency]
             result.append(
-                {
-                    "currency": balance.currency,
-                    "available": to_decimal(balance.available, currency),
-                    "reserved": to_decimal(balance.reserved, currency),
-                }
+                MerchantBalance(
+                    currency=balance.currency,
+                    available=to_decimal(balance.available, currency),
+                    reserved=to_decimal(balance.reserved, currency),
+                )
             )
         return result
 

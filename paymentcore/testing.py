@@ -5,19 +5,46 @@ Use it directly::
 
     kit = TestKit.create()
     shop = kit.merchant("My shop")
-    ref = kit.core.collect.charge(shop.id, {...}).body["reference"]
+    secret = kit.webhook(shop.id)
+    ref = kit.core.collect.charge(
+        shop.id, amount=2500, currency="XAF", country="CM", provider="mtn_cm", phone="670000001"
+    ).reference
+    kit.settle()
     kit.network.complete(ref)
     kit.settle()
     assert kit.deliveries[-1].event == "collect.succeeded"
+    event = construct_event(secret, kit.deliveries[-1].headers, kit.deliveries[-1].body)  # no clock
 
 or through the pytest plugin, which installing paymentcore registers (the ``pytest11`` entry point) and
 which provides the ``payment_kit`` fixture.
+
+Signatures and the two clocks. The core signs each delivery with *its* clock, and the kit's core runs
+on a :class:`FakeClock`, while the application under test verifies with the real one
+(:func:`~paymentcore._events.construct_event` and :func:`~paymentcore.signing.verify_webhook` default
+to ``time.time()``). The kit bridges the two honestly:
+
+1. the kit's fake clock starts at the wall-clock time, so what the core signs is already fresh for a
+   receiver on the real clock, and a test that moves the fake clock on by 301 s still sees a replay
+   refused when it verifies with ``now=kit.clock.now() / 1000``;
+2. a delivery signed when the fake clock is more than :data:`RESTAMP_AFTER` seconds away from the
+   wall clock (the test advanced it past an expiry, a review, ...) is re-signed at wall time by the
+   kit, with the endpoint's real secret, which the kit reads from its own core (the sender alone does
+   not know it). It re-signs only a delivery whose original signature it has first checked with that
+   same secret, so a core that signs wrongly is never hidden. Only ``X-Service-Timestamp`` and
+   ``X-Service-Signature`` change; the body and the other headers are exactly the core's, and
+   ``CapturedDelivery.sent_headers`` keeps the headers exactly as the core handed them over.
+
+So ``construct_event(secret, delivery.headers, delivery.body)``, with no clock, accepts a kit delivery
+(for the five minutes a real one would be accepted), and ``delivery.construct(secret)`` checks its
+authenticity at the time it was signed. A :class:`CapturingSender` used on its own records what it is
+given and never re-signs.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from decimal import Decimal
 from typing import Any
@@ -25,11 +52,13 @@ from typing import Any
 import attrs
 
 from paymentcore import ledger
+from paymentcore._events import WebhookEvent, construct_event
 from paymentcore.adapters.clock import FakeClock
 from paymentcore.bootstrap import PaymentCore
 from paymentcore.config import Config
+from paymentcore.errors import PaymentError
 from paymentcore.models import Merchant
-from paymentcore.money import parse_positive_minor
+from paymentcore.money import parse_json, parse_positive_minor
 from paymentcore.ports import (
     CollectionRequest,
     CollectionResult,
@@ -39,9 +68,17 @@ from paymentcore.ports import (
     PayoutRequest,
     PayoutResult,
 )
-from paymentcore.signing import EVENT_HEADER, verify_webhook
+from paymentcore.signing import (
+    EVENT_HEADER,
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    WebhookVerificationError,
+    signature,
+    verify_webhook,
+)
 
 __all__ = [
+    "RESTAMP_AFTER",
     "CapturedDelivery",
     "CapturingSender",
     "ManualNetwork",
@@ -124,40 +161,96 @@ class ManualNetwork:
             return self._moved.get(request.reference, False)
 
 
+#: a kit delivery whose signature timestamp is further than this from the wall clock is re-signed
+RESTAMP_AFTER = 60
+
+Restamp = Callable[[Mapping[str, str], bytes], Mapping[str, str]]
+
+
 @attrs.frozen
 class CapturedDelivery:
-    """One webhook delivery as the receiver would have seen it."""
+    """One webhook delivery as the receiver would have seen it.
+
+    ``headers`` are what the application should verify (for a kit delivery possibly re-signed at wall
+    time, see the module's docstring); ``sent_headers`` are the headers exactly as the core handed them
+    to the sender (the same as ``headers`` unless the kit re-signed the delivery).
+    """
 
     url: str
     headers: Mapping[str, str]
     body: bytes
+    sent_headers: Mapping[str, str] = attrs.field(
+        default=attrs.Factory(lambda self: self.headers, takes_self=True), repr=False
+    )
 
     @property
     def event(self) -> str:
         return self.headers[EVENT_HEADER]
 
+    @property
+    def timestamp(self) -> int | None:
+        """The ``X-Service-Timestamp`` of :attr:`headers` (Unix seconds); None if missing or malformed."""
+        stamp = _header(self.headers, TIMESTAMP_HEADER)
+        if stamp is None or not stamp.isascii() or not stamp.isdigit() or len(stamp) > 12:
+            return None
+        return int(stamp)
+
+    @property
+    def restamped(self) -> bool:
+        """True when the kit re-signed this delivery at wall time (:attr:`sent_headers` are the core's)."""
+        return dict(self.headers) != dict(self.sent_headers)
+
     def json(self) -> Any:
         return json.loads(self.body, parse_float=Decimal)
 
-    def verify(self, secret: str, *, now: float) -> int:
+    def verify(self, secret: str, *, now: float | None = None) -> int:
+        """``verify_webhook`` over this delivery; ``now`` defaults to the wall clock, as a receiver's."""
         return verify_webhook(secret, self.headers, self.body, now=now)
+
+    def construct(self, secret: str, *, now: float | None = None) -> WebhookEvent:
+        """``construct_event`` over this delivery, by default at the time it was signed.
+
+        Without ``now`` this checks authenticity (the secret, the untouched body) but not freshness, so
+        it works however far a test has moved either clock; pass ``now`` to check freshness as well.
+        A delivery without a usable timestamp is refused as ``construct_event`` refuses it.
+        """
+        return construct_event(secret, self.headers, self.body, now=self.timestamp if now is None else now)
 
 
 class CapturingSender:
-    """A WebhookSender that records deliveries and answers ``status`` (200 unless told otherwise)."""
+    """A WebhookSender that records deliveries and answers ``status`` (200 unless told otherwise).
 
-    def __init__(self, status: int = 200) -> None:
+    ``restamp``, when set (the :class:`TestKit` sets it), is given the headers and body of each delivery
+    and returns the headers to record; the headers as sent are kept in ``sent_headers``. Without it the
+    sender records exactly what it is given.
+    """
+
+    def __init__(self, status: int = 200, *, restamp: Restamp | None = None) -> None:
         self.status = status
+        self.restamp = restamp
         self.deliveries: list[CapturedDelivery] = []
         self._lock = threading.Lock()
 
     def send(
         self, target: DeliveryTarget, headers: Mapping[str, str], body: bytes, timeout: float
     ) -> DeliveryResult:
+        sent = dict(headers)
+        restamp = self.restamp
+        shown = dict(restamp(sent, body)) if restamp is not None else sent
         with self._lock:
-            self.deliveries.append(CapturedDelivery(url=target.url, headers=dict(headers), body=body))
+            self.deliveries.append(
+                CapturedDelivery(url=target.url, headers=shown, body=body, sent_headers=sent)
+            )
             status = self.status
         return DeliveryResult(status=status)
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    wanted = name.lower()
+    for key, value in headers.items():
+        if key.lower() == wanted:
+            return value
+    return None
 
 
 def public_resolver(host: str, port: int) -> list[str]:
@@ -196,7 +289,12 @@ class TestKit:
 
     @classmethod
     def create(cls, **config: Any) -> TestKit:
-        clock = FakeClock()
+        """A fresh kit; ``config`` are :class:`Config` fields.
+
+        The fake clock starts at the wall-clock time (to the millisecond), so that deliveries are
+        signed with a timestamp a receiver on the real clock accepts (see the module's docstring).
+        """
+        clock = FakeClock(time.time_ns() // 1_000_000)
         network = ManualNetwork()
         sender = CapturingSender()
         settings = {"webhook_retry_delays": (), "webhook_jitter": 0.0, **config}
@@ -208,7 +306,55 @@ class TestKit:
             config=Config(**settings),
         )
         network.on_decision.append(core.make_due)  # a decision is picked up by the next settle()
-        return cls(core=core, clock=clock, network=network, sender=sender)
+        kit = cls(core=core, clock=clock, network=network, sender=sender)
+        sender.restamp = kit.restamp
+        return kit
+
+    def restamp(self, headers: Mapping[str, str], body: bytes) -> Mapping[str, str]:
+        """The headers a receiver on the wall clock can verify: ``headers`` themselves when their
+        timestamp is within :data:`RESTAMP_AFTER` seconds of the wall clock, else the same headers
+        re-signed at wall time with the endpoint's secret.
+
+        The secret is the one of the merchant whose event this is (``eventId`` in the body). Nothing is
+        re-signed unless the original signature verifies with that secret at its own timestamp: a
+        delivery the core signed wrongly, or with a secret rotated meanwhile, is recorded as sent.
+        """
+        stamp = _header(headers, TIMESTAMP_HEADER)
+        wall = time.time()
+        if stamp is None or not stamp.isascii() or not stamp.isdigit() or len(stamp) > 12:
+            return headers
+        if abs(wall - int(stamp)) <= RESTAMP_AFTER:
+            return headers
+        secret = self._secret_for(body)
+        if secret is None:
+            return headers
+        try:
+            verify_webhook(secret, headers, body, now=int(stamp))
+        except WebhookVerificationError:
+            return headers
+        fresh = int(wall)
+        replaced = {
+            TIMESTAMP_HEADER.lower(): str(fresh),
+            SIGNATURE_HEADER.lower(): signature(secret, fresh, body),
+        }
+        return {key: replaced.get(key.lower(), value) for key, value in headers.items()}
+
+    def _secret_for(self, body: bytes) -> str | None:
+        """The current signing secret of the merchant whose event ``body`` carries, if any."""
+        try:
+            event_id = parse_json(body).get("eventId")
+        except (PaymentError, AttributeError):
+            return None
+        if not isinstance(event_id, str):
+            return None
+        with self.core.store.read() as tx:
+            event = tx.outbox.get(event_id)
+        if event is None:
+            return None
+        try:
+            return self.core.webhooks.secret_of(event.merchant_id)
+        except Exception:  # no endpoint any more, or a secret the server key cannot read
+            return None
 
     @property
     def deliveries(self) -> list[CapturedDelivery]:
@@ -222,9 +368,7 @@ class TestKit:
 
     def webhook(self, merchant_id: str, url: str = "https://shop.example/webhooks") -> str:
         """Register a webhook endpoint and return its signing secret."""
-        reply = self.core.webhooks.register(merchant_id, {"url": url})
-        secret: str = reply.body["signingSecret"]
-        return secret
+        return self.core.webhooks.register(merchant_id, url=url).signing_secret
 
     def settle(self) -> None:
         """Run the background work until nothing is due (prompts, dispatch, deliveries)."""

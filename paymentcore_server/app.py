@@ -21,25 +21,36 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from paymentcore import wire
-from paymentcore.access import Principal, RateState
-from paymentcore.bootstrap import PaymentCore
-from paymentcore.errors import (
-    BodyTooLargeError,
+from paymentcore import (
+    IdempotencyKeyRequiredError,
+    IdempotencyKeyTooLongError,
     InvalidRequestError,
-    MethodNotAllowedError,
     NotFoundError,
+    PaymentCore,
     PaymentError,
     RateLimitedError,
     ServerError,
     UnauthorizedError,
+    wire,
 )
-from paymentcore.idempotency import Reply, check_key
-from paymentcore.models import Scope as KeyScope
+from paymentcore import Scope as KeyScope
+from paymentcore.access import Principal, RateState
 from paymentcore.money import parse_json
-from paymentcore_server.errors import status_of
+from paymentcore_server._wire import (
+    Fields,
+    allowance_json,
+    balance_json,
+    charge_json,
+    collection_json,
+    payout_json,
+    webhook_registration_json,
+    webhook_settings_json,
+)
+from paymentcore_server.errors import BodyTooLargeError, MethodNotAllowedError, status_of
 
 MAX_BODY = 1024 * 1024
+MAX_IDEMPOTENCY_KEY = 200
+UNAUTHORIZED_MESSAGE = "A valid API key is required: send Authorization: Bearer <API_KEY>."
 CACHE_HOUR = "public, max-age=3600"
 log = logging.getLogger("paymentcore.server")
 
@@ -128,6 +139,26 @@ async def read_body(request: Request) -> bytes:
 
 
 @attrs.frozen
+class Reply:
+    """What a handler answers: the HTTP status and the JSON body."""
+
+    status: int
+    body: Any
+
+
+def check_idempotency_header(key: str | None) -> str | None:
+    if key is None:
+        return None
+    if len(key) > MAX_IDEMPOTENCY_KEY:
+        raise IdempotencyKeyTooLongError(
+            "The Idempotency-Key header must be at most 200 characters.", param="Idempotency-Key"
+        )
+    if not key.strip():
+        raise InvalidRequestError("The Idempotency-Key header is empty.", param="Idempotency-Key")
+    return key
+
+
+@attrs.frozen
 class Call:
     """One authenticated request, as the handlers see it (run in a worker thread)."""
 
@@ -140,6 +171,9 @@ class Call:
         if not self.raw.strip():
             raise InvalidRequestError("The body must be a JSON object.")
         return parse_json(self.raw)
+
+    def fields(self) -> Fields:
+        return Fields(self.body())
 
     @property
     def merchant_id(self) -> str:
@@ -170,14 +204,17 @@ class Api:
     ) -> tuple[Reply, RateState]:
         scheme, _, token = authorization.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
-            raise UnauthorizedError()
-        principal = self.core.access.authenticate(token.strip())
+            raise UnauthorizedError(UNAUTHORIZED_MESSAGE)
+        try:
+            principal = self.core.access.authenticate(token.strip())
+        except UnauthorizedError:
+            raise UnauthorizedError(UNAUTHORIZED_MESSAGE) from None
         state = self.core.access.rate(principal)
         if scope is not None:
             principal.require(scope)
         if transact:
             principal.require_approved()
-        key = check_key(idempotency_header)
+        key = check_idempotency_header(idempotency_header)
         return work(Call(principal, raw, key, params)), state
 
     @staticmethod
@@ -221,32 +258,91 @@ class Api:
     # --- collect ---------------------------------------------------------------------------------
 
     def charge(self, call: Call) -> Reply:
-        return self.core.collect.charge(call.merchant_id, call.body(), idempotency_key=call.idempotency_key)
+        f = call.fields()
+        try:
+            collection = self.core.collect.charge(
+                call.merchant_id,
+                currency=f.get("currency"),
+                amount=f.get("amount"),
+                country=f.get("country"),
+                provider=f.get("provider"),
+                phone=f.get("phone"),
+                merchant_reference=f.merchant_reference(),
+                description=f.get("description"),
+                idempotency_key=call.idempotency_key,
+            )
+        except PaymentError as error:
+            raise f.translate(error) from None
+        return Reply(202, charge_json(collection))
 
     def checkout_handler(self, *, legacy: bool) -> Work:
         def checkout(call: Call) -> Reply:
-            return self.core.collect.checkout(
-                call.merchant_id, call.body(), idempotency_key=call.idempotency_key, legacy=legacy
-            )
+            f = call.fields()
+            try:
+                if legacy:
+                    collection = self.core.collect.legacy_payment(
+                        call.merchant_id,
+                        currency=f.get("currency"),
+                        amount=f.get("amount"),
+                        description=f.get("description"),
+                        reference=f.get("reference"),
+                        expires_in_minutes=f.get("expires_in_minutes"),
+                        idempotency_key=call.idempotency_key,
+                    )
+                else:
+                    collection = self.core.collect.checkout(
+                        call.merchant_id,
+                        currency=f.get("currency"),
+                        amount=f.get("amount"),
+                        description=f.get("description"),
+                        merchant_reference=f.merchant_reference(),
+                        expires_in_minutes=f.get("expires_in_minutes"),
+                        idempotency_key=call.idempotency_key,
+                    )
+            except PaymentError as error:
+                raise f.translate(error) from None
+            return Reply(201, collection_json(collection))
 
         return checkout
 
     def get_collection(self, call: Call) -> Reply:
-        return Reply(200, self.core.collect.get(call.merchant_id, call.params["reference"]))
+        return Reply(200, collection_json(self.core.collect.get(call.merchant_id, call.params["reference"])))
 
     # --- disburse --------------------------------------------------------------------------------
 
     def disburse(self, call: Call) -> Reply:
-        return self.core.disburse.create(call.merchant_id, call.body(), idempotency_key=call.idempotency_key)
+        body = call.body()
+        if call.idempotency_key is None:
+            raise IdempotencyKeyRequiredError(
+                "Payouts need an Idempotency-Key header.", param="Idempotency-Key"
+            )
+        f = Fields(body)
+        try:
+            payout = self.core.disburse.create(
+                call.merchant_id,
+                currency=f.get("currency"),
+                amount=f.get("amount"),
+                phone=f.get("phone"),
+                recipient_name=f.get("recipient_name"),
+                merchant_reference=f.merchant_reference(),
+                country=f.get("country"),
+                provider=f.get("provider"),
+                idempotency_key=call.idempotency_key,
+            )
+        except PaymentError as error:
+            raise f.translate(error) from None
+        return Reply(201, payout_json(payout))
 
     def get_payout(self, call: Call) -> Reply:
-        return Reply(200, self.core.disburse.get(call.merchant_id, call.params["reference"]))
+        return Reply(200, payout_json(self.core.disburse.get(call.merchant_id, call.params["reference"])))
 
     def disburse_limits(self, call: Call) -> Reply:
-        return Reply(200, self.core.disburse.limits(call.merchant_id, call.params["currency"]))
+        allowance = self.core.disburse.limits(call.merchant_id, call.params["currency"])
+        return Reply(200, allowance_json(allowance))
 
     def balances(self, call: Call) -> Reply:
-        return Reply(200, {"balances": self.core.operator.balances(call.merchant_id)})
+        balances = self.core.operator.balances(call.merchant_id)
+        return Reply(200, {"balances": [balance_json(balance) for balance in balances]})
 
     # --- discovery -------------------------------------------------------------------------------
 
@@ -267,14 +363,14 @@ class Api:
             if country.phone_example is not None:
                 row["phoneExample"] = country.phone_example
             rows.append(row)
-        return Reply(200, rows)  # type: ignore[arg-type]
+        return Reply(200, rows)
 
     def providers(self, call: Call) -> Reply:
         rows = [
             {"provider": p.code, "name": p.name, "method": p.method, "country": p.country}
             for p in self.core.catalogue.providers.values()
         ]
-        return Reply(200, rows)  # type: ignore[arg-type]
+        return Reply(200, rows)
 
     def limits(self, call: Call) -> Reply:
         rows = [
@@ -286,7 +382,7 @@ class Api:
             }
             for c in self.core.catalogue.currencies.values()
         ]
-        return Reply(200, rows)  # type: ignore[arg-type]
+        return Reply(200, rows)
 
     def account_providers(self, call: Call) -> Reply:
         rows = [
@@ -301,7 +397,7 @@ class Api:
             }
             for p in self.core.catalogue.providers.values()
         ]
-        return Reply(200, rows)  # type: ignore[arg-type]
+        return Reply(200, rows)
 
     def channels(self, call: Call) -> Reply:
         blocked = call.who.merchant.blocked_providers
@@ -316,20 +412,29 @@ class Api:
             for p in self.core.catalogue.providers.values()
             if p.country is not None
         ]
-        return Reply(200, rows)  # type: ignore[arg-type]
+        return Reply(200, rows)
 
     # --- webhooks --------------------------------------------------------------------------------
 
     def register_handler(self, *, legacy: bool) -> Work:
         def register(call: Call) -> Reply:
-            return self.core.webhooks.register(
-                call.merchant_id, call.body(), legacy=legacy, idempotency_key=call.idempotency_key
-            )
+            f = call.fields()
+            try:
+                registration = self.core.webhooks.register(
+                    call.merchant_id,
+                    url=f.get("url"),
+                    events=f.get("events"),
+                    legacy=legacy,
+                    idempotency_key=call.idempotency_key,
+                )
+            except PaymentError as error:
+                raise f.translate(error) from None
+            return Reply(200, webhook_registration_json(registration))
 
         return register
 
     def get_webhook(self, call: Call) -> Reply:
-        return Reply(200, self.core.webhooks.get(call.merchant_id))
+        return Reply(200, webhook_settings_json(self.core.webhooks.get(call.merchant_id)))
 
     # --- table -----------------------------------------------------------------------------------
 
@@ -377,7 +482,7 @@ class Api:
         return json_response(openapi_document(self.core.config.public_url))
 
 
-async def _http_error(request: Request, exc: Exception) -> Response:
+async def http_error_handler(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     error: PaymentError
     if exc.status_code == 404:
@@ -399,6 +504,7 @@ async def _payment_error(request: Request, exc: Exception) -> Response:
 
 def create_app(core: PaymentCore, *, run_worker: bool = False, close_core: bool = False) -> Starlette:
     """The ASGI app for ``core``. With ``run_worker`` the background work runs in this process."""
+    from paymentcore_server._routing import install_routing
     from paymentcore_server.page import page_routes
 
     api = Api(core)
@@ -417,8 +523,9 @@ def create_app(core: PaymentCore, *, run_worker: bool = False, close_core: bool 
 
     app = Starlette(
         routes=[*api.routes(), *page_routes(core)],
-        exception_handlers={HTTPException: _http_error, PaymentError: _payment_error},
+        exception_handlers={HTTPException: http_error_handler, PaymentError: _payment_error},
         lifespan=lifespan,
     )
+    install_routing(app)
     app.add_middleware(RequestIdMiddleware)
     return app

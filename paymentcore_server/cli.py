@@ -24,6 +24,7 @@ from paymentcore.config import Config
 from paymentcore.errors import PaymentError
 from paymentcore.models import ApiKey, Merchant, Settings
 from paymentcore.operator import UNSET
+from paymentcore_server._wire import allowance_json, balance_json, payout_json, webhook_settings_json
 
 DEFAULT_DB = "./paymentcore.db"
 DEMO_NAME = "Demo Shop"
@@ -327,7 +328,7 @@ def run_operator(args: argparse.Namespace, core: PaymentCore) -> dict[str, Any]:
             per_week=_money_flag(args.per_week),
             review_threshold=_money_flag(args.review_threshold),
         )
-        return core.disburse.limits(args.merchant, args.currency)
+        return allowance_json(core.disburse.limits(args.merchant, args.currency))
     if command == "payout":
         handler = {
             "release": core.disburse.release,
@@ -335,9 +336,10 @@ def run_operator(args: argparse.Namespace, core: PaymentCore) -> dict[str, Any]:
             "resolve": core.disburse.resolve,
         }
         payout = handler[str(action)](args.reference)
-        return render.payout_record(payout, catalogue=core.catalogue)
+        return payout_json(payout)
     if command == "webhook":
-        return {"merchantId": args.merchant, **core.webhooks.record(core.webhooks.reactivate(args.merchant))}
+        core.webhooks.reactivate(args.merchant)
+        return {"merchantId": args.merchant, **webhook_settings_json(core.webhooks.get(args.merchant))}
     if command == "platform":
         enabled = args.switch == "enable"
         if action == "payouts":
@@ -357,7 +359,8 @@ def run_operator(args: argparse.Namespace, core: PaymentCore) -> dict[str, Any]:
             "reason": "restricted" if blocked else None,
         }
     if command == "balance":
-        return {"merchantId": args.merchant, "balances": op.balances(args.merchant)}
+        balances = [balance_json(balance) for balance in op.balances(args.merchant)]
+        return {"merchantId": args.merchant, "balances": balances}
     raise CliError(f"unknown command {command} {action or ''}".strip())
 
 

@@ -16,7 +16,9 @@ import re
 from html import escape
 from urllib.parse import parse_qs
 
+from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
@@ -26,10 +28,11 @@ from paymentcore.adapters.sandbox import SandboxNetwork
 from paymentcore.bootstrap import PaymentCore
 from paymentcore.catalogue import Catalogue, Currency
 from paymentcore.collect import EXPIRED, CheckoutView, PaymentOption
-from paymentcore.errors import BodyTooLargeError, NotFoundError, PaymentError
+from paymentcore.errors import NotFoundError, PaymentError
 from paymentcore.models import CollectionStatus
 from paymentcore.money import to_decimal
 from paymentcore_server.app import error_response, read_body
+from paymentcore_server.errors import BodyTooLargeError
 
 LIGHTNING = "lightning"
 MESSAGES = {
@@ -409,3 +412,24 @@ def page_routes(core: PaymentCore) -> list[Route]:
         Route("/checkout-assets/page.js", script, methods=["GET"]),
         Route("/checkout-assets/icon.svg", icon, methods=["GET"]),
     ]
+
+
+def checkout_app(core: PaymentCore) -> Starlette:
+    """The hosted checkout pages alone, as an ASGI app an embedding application mounts at its root.
+
+    The pages live at ``/checkout/{reference}`` (with ``/checkout/{reference}/status`` and
+    ``/checkout-assets/...``), which is where a collection's ``checkout_url`` points when
+    ``Config.public_url`` is the embedding app's own address::
+
+        app = Starlette(routes=[Route("/shop", shop), Mount("/", app=checkout_app(core))])
+
+    No API route is served and no background work is started: the embedding app runs the worker
+    (``core.start_worker()``) or calls ``core.tick()`` itself.
+    """
+    from paymentcore_server._routing import install_routing
+    from paymentcore_server.app import RequestIdMiddleware, http_error_handler
+
+    app = Starlette(routes=page_routes(core), exception_handlers={HTTPException: http_error_handler})
+    install_routing(app)
+    app.add_middleware(RequestIdMiddleware)
+    return app

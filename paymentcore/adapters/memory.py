@@ -1,11 +1,13 @@
 """MemoryStore: the storage port in process memory, for tests and embedding.
 
-A transaction holds the store's lock and writes into an overlay that is merged only on commit, so an
-exception anywhere inside leaves nothing behind, exactly as a rolled-back SQL transaction would.
+A unit of work holds the store's lock and writes into an overlay that is merged only on commit, so an
+exception anywhere inside leaves nothing behind, exactly as a rolled-back SQL transaction would. Which
+rows ``due`` and ``spent`` select is decided by the predicates of ``paymentcore._queries``.
 """
 
 from __future__ import annotations
 
+import builtins
 import copy
 import threading
 from collections.abc import Iterator
@@ -14,19 +16,24 @@ from typing import Any
 
 import attrs
 
+from paymentcore._queries import (
+    collection_due_order,
+    collection_is_due,
+    counts_as_spent,
+    event_is_due,
+    payout_due_order,
+    payout_is_due,
+)
 from paymentcore.models import (
     ApiKey,
     Balance,
     Collection,
-    CollectionStatus,
-    DeliveryStatus,
     Event,
     IdempotencyRecord,
     LedgerEntry,
     Merchant,
     Payout,
     PayoutLimits,
-    PayoutStatus,
     Settings,
     WebhookEndpoint,
 )
@@ -34,36 +41,30 @@ from paymentcore.models import (
 _DELETED = object()
 
 
-def _due_at(collection: Collection) -> int:
-    if collection.next_check_at is None:
-        return collection.expires_at
-    return min(collection.expires_at, collection.next_check_at)
+class _Tables:
+    """The store's tables as one unit of work sees them: its own writes over the committed rows."""
 
-
-_SPENT_STATUSES = (PayoutStatus.PENDING, PayoutStatus.SENT, PayoutStatus.PAID, PayoutStatus.FAILED)
-
-
-class MemoryTransaction:
     def __init__(self, tables: dict[str, dict[Any, Any]], *, writable: bool) -> None:
         self._tables = tables
         self._overlay: dict[str, dict[Any, Any]] = {}
         self._writable = writable
 
-    # --- generic table access --------------------------------------------------------------------
-
-    def _get(self, table: str, key: Any) -> Any:
+    def get(self, table: str, key: Any) -> Any:
         overlay = self._overlay.get(table)
         if overlay is not None and key in overlay:
             value = overlay[key]
             return None if value is _DELETED else value
         return self._tables.get(table, {}).get(key)
 
-    def _put(self, table: str, key: Any, value: Any) -> None:
+    def put(self, table: str, key: Any, value: Any) -> None:
         if not self._writable:
             raise RuntimeError("write through a read-only transaction")
         self._overlay.setdefault(table, {})[key] = value
 
-    def _values(self, table: str) -> Iterator[Any]:
+    def delete(self, table: str, key: Any) -> None:
+        self.put(table, key, _DELETED)
+
+    def values(self, table: str) -> Iterator[Any]:
         overlay = self._overlay.get(table, {})
         for key, value in self._tables.get(table, {}).items():
             if key not in overlay:
@@ -72,15 +73,15 @@ class MemoryTransaction:
             if value is not _DELETED:
                 yield value
 
-    def _insert(self, table: str, key: Any, value: Any) -> None:
-        if self._get(table, key) is not None:
+    def insert(self, table: str, key: Any, value: Any) -> None:
+        if self.get(table, key) is not None:
             raise KeyError(f"{table} {key!r} exists")
-        self._put(table, key, value)
+        self.put(table, key, value)
 
-    def _update(self, table: str, key: Any, value: Any) -> None:
-        if self._get(table, key) is None:
+    def update(self, table: str, key: Any, value: Any) -> None:
+        if self.get(table, key) is None:
             raise KeyError(f"{table} {key!r} does not exist")
-        self._put(table, key, value)
+        self.put(table, key, value)
 
     def commit(self) -> None:
         for table, rows in self._overlay.items():
@@ -92,123 +93,127 @@ class MemoryTransaction:
                     target[key] = value
         self._overlay = {}
 
-    # --- settings, merchants, keys, limits -------------------------------------------------------
 
-    def get_settings(self) -> Settings:
-        settings: Settings | None = self._get("settings", "platform")
+class _Repository:
+    def __init__(self, tables: _Tables) -> None:
+        self._t = tables
+
+
+# --- settings, merchants, keys, limits -----------------------------------------------------------
+
+
+class _Settings(_Repository):
+    def get(self) -> Settings:
+        settings: Settings | None = self._t.get("settings", "platform")
         return settings if settings is not None else Settings()
 
-    def put_settings(self, settings: Settings) -> None:
-        self._put("settings", "platform", settings)
+    def put(self, settings: Settings) -> None:
+        self._t.put("settings", "platform", settings)
 
-    def get_merchant(self, merchant_id: str) -> Merchant | None:
-        merchant: Merchant | None = self._get("merchants", merchant_id)
+
+class _Merchants(_Repository):
+    def get(self, merchant_id: str) -> Merchant | None:
+        merchant: Merchant | None = self._t.get("merchants", merchant_id)
         return merchant
 
-    def put_merchant(self, merchant: Merchant) -> None:
-        self._put("merchants", merchant.id, merchant)
+    def put(self, merchant: Merchant) -> None:
+        self._t.put("merchants", merchant.id, merchant)
 
-    def list_merchants(self) -> list[Merchant]:
-        return sorted(self._values("merchants"), key=lambda m: m.created_at)  # ties: insertion order
+    def list(self) -> builtins.list[Merchant]:
+        return sorted(self._t.values("merchants"), key=lambda m: m.created_at)  # ties: insertion order
 
-    def get_key(self, key_id: str) -> ApiKey | None:
-        key: ApiKey | None = self._get("keys", key_id)
+
+class _Keys(_Repository):
+    def get(self, key_id: str) -> ApiKey | None:
+        key: ApiKey | None = self._t.get("keys", key_id)
         return key
 
-    def get_key_by_hash(self, key_hash: str) -> ApiKey | None:
-        key_id = self._get("key_hashes", key_hash)
-        return None if key_id is None else self.get_key(key_id)
+    def by_hash(self, key_hash: str) -> ApiKey | None:
+        key_id = self._t.get("key_hashes", key_hash)
+        return None if key_id is None else self.get(key_id)
 
-    def put_key(self, key: ApiKey) -> None:
-        old = self.get_key(key.id)
+    def put(self, key: ApiKey) -> None:
+        old = self.get(key.id)
         if old is not None and old.key_hash != key.key_hash:
-            self._put("key_hashes", old.key_hash, _DELETED)
-        self._put("keys", key.id, key)
-        self._put("key_hashes", key.key_hash, key.id)
+            self._t.delete("key_hashes", old.key_hash)
+        self._t.put("keys", key.id, key)
+        self._t.put("key_hashes", key.key_hash, key.id)
 
-    def get_limits(self, merchant_id: str, currency: str) -> PayoutLimits | None:
-        limits: PayoutLimits | None = self._get("limits", (merchant_id, currency))
+
+class _Limits(_Repository):
+    def get(self, merchant_id: str, currency: str) -> PayoutLimits | None:
+        limits: PayoutLimits | None = self._t.get("limits", (merchant_id, currency))
         return limits
 
-    def put_limits(self, limits: PayoutLimits) -> None:
-        self._put("limits", (limits.merchant_id, limits.currency), limits)
+    def put(self, limits: PayoutLimits) -> None:
+        self._t.put("limits", (limits.merchant_id, limits.currency), limits)
 
-    # --- collections -----------------------------------------------------------------------------
 
-    def get_collection(self, reference: str) -> Collection | None:
-        collection: Collection | None = self._get("collections", reference)
+# --- collections and payouts ---------------------------------------------------------------------
+
+
+class _Collections(_Repository):
+    def get(self, reference: str) -> Collection | None:
+        collection: Collection | None = self._t.get("collections", reference)
         return collection
 
-    def insert_collection(self, collection: Collection) -> None:
-        self._insert("collections", collection.reference, collection)
+    def add(self, collection: Collection) -> None:
+        self._t.insert("collections", collection.reference, collection)
 
-    def update_collection(self, collection: Collection) -> None:
-        self._update("collections", collection.reference, collection)
+    def update(self, collection: Collection) -> None:
+        self._t.update("collections", collection.reference, collection)
 
-    def due_collections(self, now: int, limit: int) -> list[Collection]:
-        due = [
-            c
-            for c in self._values("collections")
-            if c.status in (CollectionStatus.PENDING, CollectionStatus.PROCESSING)
-            and (
-                (c.submitted_at is None and c.status is CollectionStatus.PENDING and c.expires_at <= now)
-                or (c.next_check_at is not None and c.next_check_at <= now)
-            )
-        ]
-        due.sort(key=lambda c: (_due_at(c), c.reference))
+    def due(self, now: int, limit: int) -> list[Collection]:
+        due = [c for c in self._t.values("collections") if collection_is_due(c, now)]
+        due.sort(key=collection_due_order)
         return due[:limit]
 
-    def count_prompts(self, phone: str, since: int) -> int:
+    def prompts_since(self, phone: str, since: int) -> int:
         return sum(
             1
-            for c in self._values("collections")
+            for c in self._t.values("collections")
             if c.phone == phone and c.submitted_at is not None and c.submitted_at >= since
         )
 
-    # --- payouts ---------------------------------------------------------------------------------
 
-    def get_payout(self, reference: str) -> Payout | None:
-        payout: Payout | None = self._get("payouts", reference)
+class _Payouts(_Repository):
+    def get(self, reference: str) -> Payout | None:
+        payout: Payout | None = self._t.get("payouts", reference)
         return payout
 
-    def insert_payout(self, payout: Payout) -> None:
-        self._insert("payouts", payout.reference, payout)
+    def add(self, payout: Payout) -> None:
+        self._t.insert("payouts", payout.reference, payout)
 
-    def update_payout(self, payout: Payout) -> None:
-        self._update("payouts", payout.reference, payout)
+    def update(self, payout: Payout) -> None:
+        self._t.update("payouts", payout.reference, payout)
 
-    def due_payouts(self, now: int, limit: int) -> list[Payout]:
-        due = [
-            p
-            for p in self._values("payouts")
-            if p.next_check_at is not None
-            and p.next_check_at <= now
-            and (
-                (p.status is PayoutStatus.PENDING and not p.awaiting_review) or p.status is PayoutStatus.SENT
-            )
-        ]
-        due.sort(key=lambda p: (p.next_check_at, p.reference))
+    def due(self, now: int, limit: int) -> list[Payout]:
+        due = [p for p in self._t.values("payouts") if payout_is_due(p, now)]
+        due.sort(key=payout_due_order)
         return due[:limit]
 
     def spent(self, merchant_id: str, currency: str, since: int) -> int:
         return sum(
             p.amount
-            for p in self._values("payouts")
+            for p in self._t.values("payouts")
             if p.merchant_id == merchant_id
             and p.currency == currency
             and p.created_at >= since
-            and p.status in _SPENT_STATUSES
+            and counts_as_spent(p)
         )
 
-    # --- ledger ----------------------------------------------------------------------------------
 
-    def get_balance(self, merchant_id: str, currency: str) -> Balance:
-        balance: Balance | None = self._get("balances", (merchant_id, currency))
+# --- the ledger ------------------------------------------------------------------------------------
+
+
+class _Ledger(_Repository):
+    def balance(self, merchant_id: str, currency: str) -> Balance:
+        balance: Balance | None = self._t.get("balances", (merchant_id, currency))
         return balance if balance is not None else Balance(merchant_id=merchant_id, currency=currency)
 
-    def list_balances(self, merchant_id: str) -> list[Balance]:
+    def balances(self, merchant_id: str) -> list[Balance]:
         return sorted(
-            (b for b in self._values("balances") if b.merchant_id == merchant_id), key=lambda b: b.currency
+            (b for b in self._t.values("balances") if b.merchant_id == merchant_id), key=lambda b: b.currency
         )
 
     def put_balance(self, balance: Balance) -> None:
@@ -217,68 +222,89 @@ class MemoryTransaction:
             raise ValueError(f"negative balance refused: {balance}")
         if balance.credited != balance.available + balance.reserved + balance.paid_out:
             raise ValueError(f"unbalanced balance refused: {balance}")
-        self._put("balances", (balance.merchant_id, balance.currency), balance)
+        self._t.put("balances", (balance.merchant_id, balance.currency), balance)
 
-    def append_entry(self, entry: LedgerEntry) -> None:
-        self._insert("entries", entry.id, entry)
+    def append(self, entry: LedgerEntry) -> None:
+        self._t.insert("entries", entry.id, entry)
 
-    def list_entries(self, merchant_id: str, currency: str) -> list[LedgerEntry]:
+    def entries(self, merchant_id: str, currency: str) -> list[LedgerEntry]:
         entries = [
-            e for e in self._values("entries") if e.merchant_id == merchant_id and e.currency == currency
+            e for e in self._t.values("entries") if e.merchant_id == merchant_id and e.currency == currency
         ]
         entries.sort(key=lambda e: e.created_at)
         return entries
 
-    # --- webhooks and the outbox -----------------------------------------------------------------
 
-    def get_webhook(self, merchant_id: str) -> WebhookEndpoint | None:
-        endpoint: WebhookEndpoint | None = self._get("webhooks", merchant_id)
+# --- webhooks, the outbox, idempotency -------------------------------------------------------------
+
+
+class _Webhooks(_Repository):
+    def get(self, merchant_id: str) -> WebhookEndpoint | None:
+        endpoint: WebhookEndpoint | None = self._t.get("webhooks", merchant_id)
         return endpoint
 
-    def put_webhook(self, endpoint: WebhookEndpoint) -> None:
-        self._put("webhooks", endpoint.merchant_id, endpoint)
+    def put(self, endpoint: WebhookEndpoint) -> None:
+        self._t.put("webhooks", endpoint.merchant_id, endpoint)
 
-    def insert_event(self, event: Event) -> None:
-        self._insert("events", event.id, attrs.evolve(event, data=copy.deepcopy(event.data)))
 
-    def get_event(self, event_id: str) -> Event | None:
-        event: Event | None = self._get("events", event_id)
+class _Outbox(_Repository):
+    def add(self, event: Event) -> None:
+        self._t.insert("events", event.id, attrs.evolve(event, data=copy.deepcopy(event.data)))
+
+    def get(self, event_id: str) -> Event | None:
+        event: Event | None = self._t.get("events", event_id)
         return event
 
-    def update_event(self, event: Event) -> None:
-        self._update("events", event.id, event)
+    def update(self, event: Event) -> None:
+        self._t.update("events", event.id, event)
 
-    def due_events(self, now: int, limit: int) -> list[Event]:
-        due = [
-            e
-            for e in self._values("events")
-            if e.status is DeliveryStatus.PENDING and e.next_attempt_at <= now
-        ]
+    def due(self, now: int, limit: int) -> list[Event]:
+        due = [e for e in self._t.values("events") if event_is_due(e, now)]
         due.sort(key=lambda e: e.created_at)  # stable: insertion order within a millisecond
         return due[:limit]
 
-    def list_events(self, merchant_id: str) -> list[Event]:
-        events = [e for e in self._values("events") if e.merchant_id == merchant_id]
+    def list(self, merchant_id: str) -> builtins.list[Event]:
+        events = [e for e in self._t.values("events") if e.merchant_id == merchant_id]
         events.sort(key=lambda e: e.created_at)
         return events
 
-    # --- idempotency -----------------------------------------------------------------------------
 
-    def get_idempotency(self, merchant_id: str, key: str) -> IdempotencyRecord | None:
-        record: IdempotencyRecord | None = self._get("idempotency", (merchant_id, key))
+class _Idempotency(_Repository):
+    def get(self, merchant_id: str, key: str) -> IdempotencyRecord | None:
+        record: IdempotencyRecord | None = self._t.get("idempotency", (merchant_id, key))
         return record
 
-    def put_idempotency(self, record: IdempotencyRecord) -> None:
-        self._put("idempotency", (record.merchant_id, record.key), record)
+    def put(self, record: IdempotencyRecord) -> None:
+        self._t.put("idempotency", (record.merchant_id, record.key), record)
 
-    def delete_idempotency(self, merchant_id: str, key: str) -> None:
-        self._put("idempotency", (merchant_id, key), _DELETED)
+    def delete(self, merchant_id: str, key: str) -> None:
+        self._t.delete("idempotency", (merchant_id, key))
 
-    def purge_idempotency(self, before: int) -> int:
-        old = [r for r in self._values("idempotency") if r.created_at < before]
+    def purge(self, before: int) -> int:
+        old = [r for r in self._t.values("idempotency") if r.created_at < before]
         for record in old:
-            self.delete_idempotency(record.merchant_id, record.key)
+            self.delete(record.merchant_id, record.key)
         return len(old)
+
+
+class MemoryTransaction:
+    """One unit of work over the store's tables: the ten repositories of ``ports.UnitOfWork``."""
+
+    def __init__(self, tables: dict[str, dict[Any, Any]], *, writable: bool) -> None:
+        self._tables = _Tables(tables, writable=writable)
+        self.settings = _Settings(self._tables)
+        self.merchants = _Merchants(self._tables)
+        self.keys = _Keys(self._tables)
+        self.limits = _Limits(self._tables)
+        self.collections = _Collections(self._tables)
+        self.payouts = _Payouts(self._tables)
+        self.ledger = _Ledger(self._tables)
+        self.webhooks = _Webhooks(self._tables)
+        self.outbox = _Outbox(self._tables)
+        self.idempotency = _Idempotency(self._tables)
+
+    def commit(self) -> None:
+        self._tables.commit()
 
 
 class MemoryStore:

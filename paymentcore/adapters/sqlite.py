@@ -5,10 +5,15 @@ a busy timeout). A write transaction starts with ``BEGIN IMMEDIATE``, so it hold
 its first statement and a balance read inside it is still true when it writes. Amounts are INTEGER
 columns (sqlite-utils would store a Decimal as REAL); CHECK constraints back the ledger's promises.
 The schema is migrated forward with ``PRAGMA user_version``.
+
+Which rows ``due`` and ``spent`` select is not decided here: the SQL is generated from the status sets
+of ``paymentcore._queries`` (the queries below and the spend-bucket triggers of migration 2), the same
+definitions MemoryStore filters with.
 """
 
 from __future__ import annotations
 
+import builtins
 import enum
 import json
 import sqlite3
@@ -16,7 +21,7 @@ import threading
 import time
 import types
 import typing
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from decimal import Decimal
 from pathlib import Path
@@ -26,6 +31,15 @@ import attrs
 import sqlite_utils
 
 from paymentcore import wire
+from paymentcore._queries import (
+    COLLECTION_CHECK_STATUSES,
+    COLLECTION_EXPIRY_STATUSES,
+    EVENT_DUE_STATUSES,
+    PAYOUT_CHECK_STATUSES,
+    PAYOUT_SEND_STATUSES,
+    SPENT_STATUSES,
+    UNSPENT_STATUSES,
+)
 from paymentcore.models import (
     ApiKey,
     Balance,
@@ -42,6 +56,82 @@ from paymentcore.models import (
 )
 
 T = TypeVar("T")
+
+
+# --- SQL generated from the definitions in paymentcore._queries ----------------------------------
+
+
+def _literals(values: Iterable[enum.Enum]) -> list[str]:
+    """SQL string literals of enum members, in the enum's own order (a frozenset has none)."""
+    members = list(values)
+    for member in members:
+        if "'" in str(member.value):
+            raise ValueError(f"a status value with a quote: {member.value!r}")
+    members.sort(key=lambda member: list(type(member)).index(member))
+    return [f"'{member.value}'" for member in members]
+
+
+def sql_in(column: str, values: Iterable[enum.Enum]) -> str:
+    """``column = 'A'`` for one value, ``column IN ('A', 'B')`` for several."""
+    literals = _literals(values)
+    if len(literals) == 1:
+        return f"{column} = {literals[0]}"
+    return f"{column} IN ({', '.join(literals)})"
+
+
+def sql_not_in(column: str, values: Iterable[enum.Enum]) -> str:
+    """``column != 'A'`` for one value, ``column NOT IN ('A', 'B')`` for several."""
+    literals = _literals(values)
+    if len(literals) == 1:
+        return f"{column} != {literals[0]}"
+    return f"{column} NOT IN ({', '.join(literals)})"
+
+
+# A payout counts as spent when its status is not one of UNSPENT_STATUSES (the complement of
+# SPENT_STATUSES, which keeps migration 2 byte for byte as first written: "status != 'REJECTED'").
+# The triggers add a payout when it is inserted counting, and take it back when an update moves it from
+# counting to not counting; no allowed transition goes the other way (tests/integration/
+# test_store_contract.py checks that against PAYOUT_TRANSITIONS). Existing files keep the triggers they
+# were migrated with: a change to SPENT_STATUSES needs a new migration that recreates them and rebuilds
+# payout_spend (the contract tests pin the text of every migration, so they say so).
+_COUNTS = sql_not_in("status", UNSPENT_STATUSES)
+_NEW_COUNTS = sql_not_in("new.status", UNSPENT_STATUSES)
+_OLD_COUNTS = sql_not_in("old.status", UNSPENT_STATUSES)
+_NEW_STOPS_COUNTING = sql_in("new.status", UNSPENT_STATUSES)
+_SPEND_BUCKETS = f"""
+    CREATE TABLE payout_spend (
+        merchant_id TEXT NOT NULL,
+        currency TEXT NOT NULL,
+        hour INTEGER NOT NULL,
+        amount INTEGER NOT NULL CHECK (amount >= 0),
+        PRIMARY KEY (merchant_id, currency, hour)
+    );
+    INSERT INTO payout_spend (merchant_id, currency, hour, amount)
+        SELECT merchant_id, currency, created_at / 3600000, sum(amount) FROM payouts
+        WHERE {_COUNTS} GROUP BY merchant_id, currency, created_at / 3600000;
+    CREATE TRIGGER payout_spend_insert AFTER INSERT ON payouts WHEN {_NEW_COUNTS}
+    BEGIN
+        INSERT INTO payout_spend (merchant_id, currency, hour, amount)
+            VALUES (new.merchant_id, new.currency, new.created_at / 3600000, new.amount)
+            ON CONFLICT (merchant_id, currency, hour) DO UPDATE SET amount = amount + excluded.amount;
+    END;
+    CREATE TRIGGER payout_spend_rejected AFTER UPDATE OF status ON payouts
+        WHEN {_OLD_COUNTS} AND {_NEW_STOPS_COUNTING}
+    BEGIN
+        UPDATE payout_spend SET amount = amount - old.amount
+            WHERE merchant_id = old.merchant_id AND currency = old.currency
+            AND hour = old.created_at / 3600000;
+    END;
+    """
+
+_SPENT = sql_in("status", SPENT_STATUSES)
+_DUE_PAYOUT = (
+    f"(({sql_in('status', PAYOUT_SEND_STATUSES)} AND awaiting_review = 0)"
+    f" OR {sql_in('status', PAYOUT_CHECK_STATUSES)})"
+)
+_CHECK_COLLECTION = sql_in("status", COLLECTION_CHECK_STATUSES)
+_EXPIRE_COLLECTION = sql_in("status", COLLECTION_EXPIRY_STATUSES)
+_DUE_EVENT = sql_in("status", EVENT_DUE_STATUSES)
 
 MIGRATIONS: tuple[str, ...] = (
     # 1: the first schema
@@ -195,31 +285,7 @@ MIGRATIONS: tuple[str, ...] = (
     """,
     # 2: hourly sums of the payouts that count against the rolling limits, kept by triggers, so the
     # 24-hour and 7-day windows cost at most 168 bucket rows plus one partial hour of payouts
-    """
-    CREATE TABLE payout_spend (
-        merchant_id TEXT NOT NULL,
-        currency TEXT NOT NULL,
-        hour INTEGER NOT NULL,
-        amount INTEGER NOT NULL CHECK (amount >= 0),
-        PRIMARY KEY (merchant_id, currency, hour)
-    );
-    INSERT INTO payout_spend (merchant_id, currency, hour, amount)
-        SELECT merchant_id, currency, created_at / 3600000, sum(amount) FROM payouts
-        WHERE status != 'REJECTED' GROUP BY merchant_id, currency, created_at / 3600000;
-    CREATE TRIGGER payout_spend_insert AFTER INSERT ON payouts WHEN new.status != 'REJECTED'
-    BEGIN
-        INSERT INTO payout_spend (merchant_id, currency, hour, amount)
-            VALUES (new.merchant_id, new.currency, new.created_at / 3600000, new.amount)
-            ON CONFLICT (merchant_id, currency, hour) DO UPDATE SET amount = amount + excluded.amount;
-    END;
-    CREATE TRIGGER payout_spend_rejected AFTER UPDATE OF status ON payouts
-        WHEN old.status != 'REJECTED' AND new.status = 'REJECTED'
-    BEGIN
-        UPDATE payout_spend SET amount = amount - old.amount
-            WHERE merchant_id = old.merchant_id AND currency = old.currency
-            AND hour = old.created_at / 3600000;
-    END;
-    """,
+    _SPEND_BUCKETS,
 )
 
 
@@ -326,40 +392,50 @@ _EVENTS = _Codec.of(Event, "events", ("id",))
 _IDEMPOTENCY = _Codec.of(IdempotencyRecord, "idempotency", ("merchant_id", "key"))
 
 
-class SqliteTransaction:
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self._conn = conn
+class _Rows:
+    """Row access on one connection, through the codecs: what every SQLite repository uses."""
 
-    def _one(self, codec: _Codec, where: str, params: tuple[Any, ...]) -> Any:
-        row = self._conn.execute(f"{codec.select_sql} WHERE {where}", params).fetchone()
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def one(self, codec: _Codec, where: str, params: tuple[Any, ...]) -> Any:
+        row = self.conn.execute(f"{codec.select_sql} WHERE {where}", params).fetchone()
         return None if row is None else codec.decode(row)
 
-    def _many(self, codec: _Codec, rest: str, params: tuple[Any, ...]) -> list[Any]:
-        return [codec.decode(r) for r in self._conn.execute(f"{codec.select_sql} {rest}", params)]
+    def many(self, codec: _Codec, rest: str, params: tuple[Any, ...]) -> list[Any]:
+        return [codec.decode(r) for r in self.conn.execute(f"{codec.select_sql} {rest}", params)]
 
-    def _upsert(self, codec: _Codec, record: Any) -> None:
-        self._conn.execute(codec.upsert_sql, codec.values(record))
+    def upsert(self, codec: _Codec, record: Any) -> None:
+        self.conn.execute(codec.upsert_sql, codec.values(record))
 
-    def _insert(self, codec: _Codec, record: Any) -> None:
-        self._conn.execute(codec.insert_sql, codec.values(record))
+    def insert(self, codec: _Codec, record: Any) -> None:
+        self.conn.execute(codec.insert_sql, codec.values(record))
 
-    def _update(self, codec: _Codec, record: Any) -> None:
-        cursor = self._conn.execute(codec.update_sql, codec.update_values(record))
+    def update(self, codec: _Codec, record: Any) -> None:
+        cursor = self.conn.execute(codec.update_sql, codec.update_values(record))
         if cursor.rowcount != 1:
             raise KeyError(f"{codec.table}: no row to update")
 
-    # --- settings, merchants, keys, limits -------------------------------------------------------
 
-    def get_settings(self) -> Settings:
-        row = self._conn.execute(
+class _Repository:
+    def __init__(self, rows: _Rows) -> None:
+        self._rows = rows
+
+
+# --- settings, merchants, keys, limits -----------------------------------------------------------
+
+
+class _Settings(_Repository):
+    def get(self) -> Settings:
+        row = self._rows.conn.execute(
             "SELECT api_enabled, payouts_enabled, closed_currencies FROM settings WHERE id = 1"
         ).fetchone()
         if row is None:
             return Settings()
         return Settings(bool(row[0]), bool(row[1]), frozenset(json.loads(row[2])))
 
-    def put_settings(self, settings: Settings) -> None:
-        self._conn.execute(
+    def put(self, settings: Settings) -> None:
+        self._rows.conn.execute(
             "INSERT INTO settings (id, api_enabled, payouts_enabled, closed_currencies) VALUES (1, ?, ?, ?) "
             "ON CONFLICT (id) DO UPDATE SET api_enabled = excluded.api_enabled, "
             "payouts_enabled = excluded.payouts_enabled, closed_currencies = excluded.closed_currencies",
@@ -370,83 +446,93 @@ class SqliteTransaction:
             ),
         )
 
-    def get_merchant(self, merchant_id: str) -> Merchant | None:
-        merchant: Merchant | None = self._one(_MERCHANTS, "id = ?", (merchant_id,))
+
+class _Merchants(_Repository):
+    def get(self, merchant_id: str) -> Merchant | None:
+        merchant: Merchant | None = self._rows.one(_MERCHANTS, "id = ?", (merchant_id,))
         return merchant
 
-    def put_merchant(self, merchant: Merchant) -> None:
-        self._upsert(_MERCHANTS, merchant)
+    def put(self, merchant: Merchant) -> None:
+        self._rows.upsert(_MERCHANTS, merchant)
 
-    def list_merchants(self) -> list[Merchant]:
-        return self._many(_MERCHANTS, "ORDER BY created_at, rowid", ())
+    def list(self) -> builtins.list[Merchant]:
+        return self._rows.many(_MERCHANTS, "ORDER BY created_at, rowid", ())
 
-    def get_key(self, key_id: str) -> ApiKey | None:
-        key: ApiKey | None = self._one(_KEYS, "id = ?", (key_id,))
+
+class _Keys(_Repository):
+    def get(self, key_id: str) -> ApiKey | None:
+        key: ApiKey | None = self._rows.one(_KEYS, "id = ?", (key_id,))
         return key
 
-    def get_key_by_hash(self, key_hash: str) -> ApiKey | None:
-        key: ApiKey | None = self._one(_KEYS, "key_hash = ?", (key_hash,))
+    def by_hash(self, key_hash: str) -> ApiKey | None:
+        key: ApiKey | None = self._rows.one(_KEYS, "key_hash = ?", (key_hash,))
         return key
 
-    def put_key(self, key: ApiKey) -> None:
-        self._upsert(_KEYS, key)
+    def put(self, key: ApiKey) -> None:
+        self._rows.upsert(_KEYS, key)
 
-    def get_limits(self, merchant_id: str, currency: str) -> PayoutLimits | None:
-        limits: PayoutLimits | None = self._one(
+
+class _Limits(_Repository):
+    def get(self, merchant_id: str, currency: str) -> PayoutLimits | None:
+        limits: PayoutLimits | None = self._rows.one(
             _LIMITS, "merchant_id = ? AND currency = ?", (merchant_id, currency)
         )
         return limits
 
-    def put_limits(self, limits: PayoutLimits) -> None:
-        self._upsert(_LIMITS, limits)
+    def put(self, limits: PayoutLimits) -> None:
+        self._rows.upsert(_LIMITS, limits)
 
-    # --- collections -----------------------------------------------------------------------------
 
-    def get_collection(self, reference: str) -> Collection | None:
-        collection: Collection | None = self._one(_COLLECTIONS, "reference = ?", (reference,))
+# --- collections and payouts ---------------------------------------------------------------------
+
+
+class _Collections(_Repository):
+    def get(self, reference: str) -> Collection | None:
+        collection: Collection | None = self._rows.one(_COLLECTIONS, "reference = ?", (reference,))
         return collection
 
-    def insert_collection(self, collection: Collection) -> None:
-        self._insert(_COLLECTIONS, collection)
+    def add(self, collection: Collection) -> None:
+        self._rows.insert(_COLLECTIONS, collection)
 
-    def update_collection(self, collection: Collection) -> None:
-        self._update(_COLLECTIONS, collection)
+    def update(self, collection: Collection) -> None:
+        self._rows.update(_COLLECTIONS, collection)
 
-    def due_collections(self, now: int, limit: int) -> list[Collection]:
-        return self._many(
+    def due(self, now: int, limit: int) -> list[Collection]:
+        # _queries.collection_is_due, one indexed branch each, in _queries.collection_due_order
+        return self._rows.many(
             _COLLECTIONS,
             "WHERE reference IN ("
-            " SELECT reference FROM collections WHERE status IN ('PENDING', 'PROCESSING')"
+            f" SELECT reference FROM collections WHERE {_CHECK_COLLECTION}"
             "  AND next_check_at <= ?"
-            " UNION SELECT reference FROM collections WHERE status = 'PENDING'"
+            f" UNION SELECT reference FROM collections WHERE {_EXPIRE_COLLECTION}"
             "  AND submitted_at IS NULL AND expires_at <= ?)"
             " ORDER BY min(expires_at, coalesce(next_check_at, expires_at)), reference LIMIT ?",
             (now, now, limit),
         )
 
-    def count_prompts(self, phone: str, since: int) -> int:
-        row = self._conn.execute(
+    def prompts_since(self, phone: str, since: int) -> int:
+        row = self._rows.conn.execute(
             "SELECT count(*) FROM collections WHERE phone = ? AND submitted_at >= ?", (phone, since)
         ).fetchone()
         return int(row[0])
 
-    # --- payouts ---------------------------------------------------------------------------------
 
-    def get_payout(self, reference: str) -> Payout | None:
-        payout: Payout | None = self._one(_PAYOUTS, "reference = ?", (reference,))
+class _Payouts(_Repository):
+    def get(self, reference: str) -> Payout | None:
+        payout: Payout | None = self._rows.one(_PAYOUTS, "reference = ?", (reference,))
         return payout
 
-    def insert_payout(self, payout: Payout) -> None:
-        self._insert(_PAYOUTS, payout)
+    def add(self, payout: Payout) -> None:
+        self._rows.insert(_PAYOUTS, payout)
 
-    def update_payout(self, payout: Payout) -> None:
-        self._update(_PAYOUTS, payout)
+    def update(self, payout: Payout) -> None:
+        self._rows.update(_PAYOUTS, payout)
 
-    def due_payouts(self, now: int, limit: int) -> list[Payout]:
-        return self._many(
+    def due(self, now: int, limit: int) -> list[Payout]:
+        # _queries.payout_is_due, in _queries.payout_due_order
+        return self._rows.many(
             _PAYOUTS,
-            "WHERE next_check_at IS NOT NULL AND next_check_at <= ?"
-            " AND ((status = 'PENDING' AND awaiting_review = 0) OR status = 'SENT')"
+            f"WHERE next_check_at IS NOT NULL AND next_check_at <= ? AND {_DUE_PAYOUT}"
             " ORDER BY next_check_at, reference LIMIT ?",
             (now, limit),
         )
@@ -455,85 +541,113 @@ class SqliteTransaction:
         # whole hours after the one holding `since` come from the trigger-kept buckets; that first,
         # partial hour is summed exactly from the payouts themselves
         next_hour = (since // 3_600_000 + 1) * 3_600_000
-        row = self._conn.execute(
+        row = self._rows.conn.execute(
             "SELECT (SELECT coalesce(sum(amount), 0) FROM payout_spend"
             "        WHERE merchant_id = ?1 AND currency = ?2 AND hour >= ?4 / 3600000)"
             " + (SELECT coalesce(sum(amount), 0) FROM payouts"
             "        WHERE merchant_id = ?1 AND currency = ?2 AND created_at >= ?3 AND created_at < ?4"
-            "        AND status IN ('PENDING', 'SENT', 'PAID', 'FAILED'))",
+            f"        AND {_SPENT})",
             (merchant_id, currency, since, next_hour),
         ).fetchone()
         return int(row[0])
 
-    # --- ledger ----------------------------------------------------------------------------------
 
-    def get_balance(self, merchant_id: str, currency: str) -> Balance:
-        balance: Balance | None = self._one(
+# --- the ledger ------------------------------------------------------------------------------------
+
+
+class _Ledger(_Repository):
+    def balance(self, merchant_id: str, currency: str) -> Balance:
+        balance: Balance | None = self._rows.one(
             _BALANCES, "merchant_id = ? AND currency = ?", (merchant_id, currency)
         )
         return balance if balance is not None else Balance(merchant_id=merchant_id, currency=currency)
 
-    def list_balances(self, merchant_id: str) -> list[Balance]:
-        return self._many(_BALANCES, "WHERE merchant_id = ? ORDER BY currency", (merchant_id,))
+    def balances(self, merchant_id: str) -> list[Balance]:
+        return self._rows.many(_BALANCES, "WHERE merchant_id = ? ORDER BY currency", (merchant_id,))
 
     def put_balance(self, balance: Balance) -> None:
-        self._upsert(_BALANCES, balance)
+        self._rows.upsert(_BALANCES, balance)
 
-    def append_entry(self, entry: LedgerEntry) -> None:
-        self._insert(_ENTRIES, entry)
+    def append(self, entry: LedgerEntry) -> None:
+        self._rows.insert(_ENTRIES, entry)
 
-    def list_entries(self, merchant_id: str, currency: str) -> list[LedgerEntry]:
-        return self._many(
+    def entries(self, merchant_id: str, currency: str) -> list[LedgerEntry]:
+        return self._rows.many(
             _ENTRIES,
             "WHERE merchant_id = ? AND currency = ? ORDER BY created_at, rowid",
             (merchant_id, currency),
         )
 
-    # --- webhooks and the outbox -----------------------------------------------------------------
 
-    def get_webhook(self, merchant_id: str) -> WebhookEndpoint | None:
-        endpoint: WebhookEndpoint | None = self._one(_WEBHOOKS, "merchant_id = ?", (merchant_id,))
+# --- webhooks, the outbox, idempotency -------------------------------------------------------------
+
+
+class _Webhooks(_Repository):
+    def get(self, merchant_id: str) -> WebhookEndpoint | None:
+        endpoint: WebhookEndpoint | None = self._rows.one(_WEBHOOKS, "merchant_id = ?", (merchant_id,))
         return endpoint
 
-    def put_webhook(self, endpoint: WebhookEndpoint) -> None:
-        self._upsert(_WEBHOOKS, endpoint)
+    def put(self, endpoint: WebhookEndpoint) -> None:
+        self._rows.upsert(_WEBHOOKS, endpoint)
 
-    def insert_event(self, event: Event) -> None:
-        self._insert(_EVENTS, event)
 
-    def get_event(self, event_id: str) -> Event | None:
-        event: Event | None = self._one(_EVENTS, "id = ?", (event_id,))
+class _Outbox(_Repository):
+    def add(self, event: Event) -> None:
+        self._rows.insert(_EVENTS, event)
+
+    def get(self, event_id: str) -> Event | None:
+        event: Event | None = self._rows.one(_EVENTS, "id = ?", (event_id,))
         return event
 
-    def update_event(self, event: Event) -> None:
-        self._update(_EVENTS, event)
+    def update(self, event: Event) -> None:
+        self._rows.update(_EVENTS, event)
 
-    def due_events(self, now: int, limit: int) -> list[Event]:
-        return self._many(
+    def due(self, now: int, limit: int) -> list[Event]:
+        # _queries.event_is_due, oldest first
+        return self._rows.many(
             _EVENTS,
-            "WHERE status = 'PENDING' AND next_attempt_at <= ? ORDER BY created_at, rowid LIMIT ?",
+            f"WHERE {_DUE_EVENT} AND next_attempt_at <= ? ORDER BY created_at, rowid LIMIT ?",
             (now, limit),
         )
 
-    def list_events(self, merchant_id: str) -> list[Event]:
-        return self._many(_EVENTS, "WHERE merchant_id = ? ORDER BY created_at, rowid", (merchant_id,))
+    def list(self, merchant_id: str) -> builtins.list[Event]:
+        return self._rows.many(_EVENTS, "WHERE merchant_id = ? ORDER BY created_at, rowid", (merchant_id,))
 
-    # --- idempotency -----------------------------------------------------------------------------
 
-    def get_idempotency(self, merchant_id: str, key: str) -> IdempotencyRecord | None:
-        record: IdempotencyRecord | None = self._one(
+class _Idempotency(_Repository):
+    def get(self, merchant_id: str, key: str) -> IdempotencyRecord | None:
+        record: IdempotencyRecord | None = self._rows.one(
             _IDEMPOTENCY, "merchant_id = ? AND key = ?", (merchant_id, key)
         )
         return record
 
-    def put_idempotency(self, record: IdempotencyRecord) -> None:
-        self._upsert(_IDEMPOTENCY, record)
+    def put(self, record: IdempotencyRecord) -> None:
+        self._rows.upsert(_IDEMPOTENCY, record)
 
-    def delete_idempotency(self, merchant_id: str, key: str) -> None:
-        self._conn.execute("DELETE FROM idempotency WHERE merchant_id = ? AND key = ?", (merchant_id, key))
+    def delete(self, merchant_id: str, key: str) -> None:
+        self._rows.conn.execute(
+            "DELETE FROM idempotency WHERE merchant_id = ? AND key = ?", (merchant_id, key)
+        )
 
-    def purge_idempotency(self, before: int) -> int:
-        return self._conn.execute("DELETE FROM idempotency WHERE created_at < ?", (before,)).rowcount
+    def purge(self, before: int) -> int:
+        return self._rows.conn.execute("DELETE FROM idempotency WHERE created_at < ?", (before,)).rowcount
+
+
+class SqliteTransaction:
+    """One unit of work on one connection: the ten repositories of ``ports.UnitOfWork``."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        rows = _Rows(conn)
+        self.settings = _Settings(rows)
+        self.merchants = _Merchants(rows)
+        self.keys = _Keys(rows)
+        self.limits = _Limits(rows)
+        self.collections = _Collections(rows)
+        self.payouts = _Payouts(rows)
+        self.ledger = _Ledger(rows)
+        self.webhooks = _Webhooks(rows)
+        self.outbox = _Outbox(rows)
+        self.idempotency = _Idempotency(rows)
 
 
 class SqliteStore:

@@ -139,12 +139,12 @@ def stored(client: Client, key: str = IDEMPOTENCY_KEY) -> dict[str, Any]:
     core, merchant_id = client.core, client.merchant.id
     with core.store.read() as tx:
         state = {
-            "due collections": tx.due_collections(10**15, 100),
-            "due payouts": tx.due_payouts(10**15, 100),
-            "ledger": tx.list_entries(merchant_id, "XAF"),
-            "events": tx.list_events(merchant_id),
-            "prompts": tx.count_prompts(PHONE, 0),
-            "idempotency record": tx.get_idempotency(merchant_id, key),
+            "due collections": tx.collections.due(10**15, 100),
+            "due payouts": tx.payouts.due(10**15, 100),
+            "ledger": tx.ledger.entries(merchant_id, "XAF"),
+            "events": tx.outbox.list(merchant_id),
+            "prompts": tx.collections.prompts_since(PHONE, 0),
+            "idempotency record": tx.idempotency.get(merchant_id, key),
         }
     state["balances"] = core.operator.balances(merchant_id)
     return state

@@ -358,9 +358,9 @@ def test_an_expired_link_says_so_and_has_no_form(payer: Payer) -> None:
     core = PaymentCore.sqlite(payer.server.db, sender=None)
     try:
         with core.store.transaction() as tx:
-            collection = tx.get_collection(reference)
+            collection = tx.collections.get(reference)
             assert collection is not None
-            tx.update_collection(attrs.evolve(collection, expires_at=collection.created_at - 1))
+            tx.collections.update(attrs.evolve(collection, expires_at=collection.created_at - 1))
     finally:
         core.close()
 

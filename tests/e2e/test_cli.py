@@ -30,6 +30,7 @@ from paymentcore.errors import (
     UnauthorizedError,
 )
 from paymentcore.testing import fund
+from paymentcore_server._wire import allowance_json
 
 from test_disburse_http import LIMIT_FIELDS
 
@@ -110,7 +111,7 @@ def balances(db: Path, merchant_id: str) -> dict[str, tuple[Decimal, Decimal]]:
 
 
 def in_process_balances(core: PaymentCore, merchant_id: str) -> dict[str, tuple[Decimal, Decimal]]:
-    return {b["currency"]: (b["available"], b["reserved"]) for b in core.operator.balances(merchant_id)}
+    return {b.currency: (b.available, b.reserved) for b in core.operator.balances(merchant_id)}
 
 
 def open_core(db: Path, **config: Any) -> PaymentCore:
@@ -131,11 +132,10 @@ def core(db: Path) -> Iterator[PaymentCore]:
 
 
 def new_payout(core: PaymentCore, merchant_id: str, amount: int, phone: str, key: str) -> str:
-    body = {"amount": amount, "currency": "XAF", "phone": phone}
-    reply = core.disburse.create(merchant_id, body, idempotency_key=key)
-    assert reply.status == 201, reply.body
-    reference: str = reply.body["reference"]
-    return reference
+    payout = core.disburse.create(
+        merchant_id, amount=amount, currency="XAF", phone=phone, idempotency_key=key
+    )
+    return payout.reference
 
 
 # --- merchants -------------------------------------------------------------------------------------
@@ -174,12 +174,12 @@ def test_merchant_commands(db: Path, core: PaymentCore) -> None:
     assert disabled["merchantId"] == mid
     assert disabled["payoutsEnabled"] is False
     limits = core.disburse.limits(mid, "XAF")
-    assert (limits["enabled"], limits["blockedBy"]) == (False, "ACCOUNT_DISABLED")
+    assert (limits.enabled, limits.blocked_by) == (False, "ACCOUNT_DISABLED")
     with pytest.raises(PayoutsNotConfiguredError):
         new_payout(core, mid, 100, "670000001", "idem-disabled")
     enabled = ok(db, "merchant", "payouts", "enable", mid)
     assert enabled["payoutsEnabled"] is True
-    assert core.disburse.limits(mid, "XAF")["blockedBy"] is None
+    assert core.disburse.limits(mid, "XAF").blocked_by is None
 
     fee = ok(db, "merchant", "fee", mid, "--collect-percent", "2.5")
     assert fee["merchantId"] == mid
@@ -254,7 +254,7 @@ def test_limits_set_and_clear(db: Path, core: PaymentCore) -> None:
     assert money(record["spentThisWeek"]) == 0
     assert money(record["remainingToday"]) == 20000
     assert record["remainingThisWeek"] is None
-    assert core.disburse.limits(mid, "XAF") == record
+    assert allowance_json(core.disburse.limits(mid, "XAF")) == record
 
     # only the flags given change; `none` clears one
     cleared = ok(db, "limits", "set", mid, "XAF", "--per-day", "none", "--per-week", "60000")
@@ -341,12 +341,12 @@ def test_webhook_reactivate_keeps_the_secret(db: Path) -> None:
     core = open_core(db, allow_private_webhooks=True)
     try:
         mid = core.operator.create_merchant("Hook Shop").id
-        core.webhooks.register(mid, {"url": "http://127.0.0.1:9/x"})
+        core.webhooks.register(mid, url="http://127.0.0.1:9/x")
         secret = core.webhooks.secret_of(mid)
         with core.store.transaction() as tx:  # as if auto-disabled after failed deliveries
-            endpoint = tx.get_webhook(mid)
+            endpoint = tx.webhooks.get(mid)
             assert endpoint is not None
-            tx.put_webhook(
+            tx.webhooks.put(
                 attrs.evolve(
                     endpoint, is_active=False, disabled_reason="Too many failures.", consecutive_failures=10
                 )
@@ -358,7 +358,7 @@ def test_webhook_reactivate_keeps_the_secret(db: Path) -> None:
         assert record.get("disabledReason") is None
         assert secret not in json.dumps(record)
         with core.store.read() as tx:
-            endpoint = tx.get_webhook(mid)
+            endpoint = tx.webhooks.get(mid)
         assert endpoint is not None
         assert (endpoint.is_active, endpoint.disabled_reason) == (True, None)
         assert endpoint.consecutive_failures == 0
@@ -377,12 +377,12 @@ def test_switches_and_provider_blocks(db: Path, core: PaymentCore) -> None:
 
     off = ok(db, "platform", "payouts", "disable")
     assert off == {"apiEnabled": True, "payoutsEnabled": False, "closedCurrencies": []}
-    assert core.disburse.limits(mid, "XAF")["blockedBy"] == "PLATFORM"
+    assert core.disburse.limits(mid, "XAF").blocked_by == "PLATFORM"
     with pytest.raises(CapabilityDisabledError):
         new_payout(core, mid, 100, "670000001", "idem-platform-off")
     on = ok(db, "platform", "payouts", "enable")
     assert on["payoutsEnabled"] is True
-    assert core.disburse.limits(mid, "XAF")["blockedBy"] is None
+    assert core.disburse.limits(mid, "XAF").blocked_by is None
 
     api_off = ok(db, "platform", "api", "disable")
     assert api_off["apiEnabled"] is False
@@ -394,7 +394,7 @@ def test_switches_and_provider_blocks(db: Path, core: PaymentCore) -> None:
 
     closed = ok(db, "currency", "payouts", "close", "XAF")
     assert closed["closedCurrencies"] == ["XAF"]
-    assert core.disburse.limits(mid, "XAF")["blockedBy"] == "CURRENCY_CLOSED"
+    assert core.disburse.limits(mid, "XAF").blocked_by == "CURRENCY_CLOSED"
     reopened = ok(db, "currency", "payouts", "open", "XAF")
     assert reopened == {"apiEnabled": True, "payoutsEnabled": True, "closedCurrencies": []}
 

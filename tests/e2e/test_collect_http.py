@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from paymentcore import MerchantBalance
 from paymentcore.models import CollectionStatus
 
 from conftest import Client
@@ -35,8 +36,8 @@ RECORD_FIELDS = {
 
 def nothing_written(client: Client) -> None:
     with client.core.store.read() as tx:
-        assert tx.list_balances(client.merchant.id) == []
-        assert tx.due_collections(client.clock.now() + 10**12, 10) == []
+        assert tx.ledger.balances(client.merchant.id) == []
+        assert tx.collections.due(client.clock.now() + 10**12, 10) == []
     assert client.sandbox.prompt_count == 0
 
 
@@ -103,7 +104,7 @@ def test_charge_settles_to_success_with_the_net_amount(client: Client) -> None:
     assert record["amount"] == 4875 and record["currency"] == "XAF"  # 5000 less 2.5 % (125)
     assert record["requestedAmount"] == 5000 and record["failureCategory"] is None
     assert client.core.operator.balances(client.merchant.id) == [
-        {"currency": "XAF", "available": Decimal(4875), "reserved": Decimal(0)}
+        MerchantBalance(currency="XAF", available=Decimal(4875), reserved=Decimal(0))
     ]
     client.core.check_ledger(client.merchant.id, "XAF")
 
@@ -265,7 +266,7 @@ def test_balance_equals_sum_of_net_settled(client: Client) -> None:
         assert client.post("/v1/collect/charge", body).status_code == 202
     client.settle()
     with client.core.store.read() as tx:
-        balance = tx.get_balance(client.merchant.id, "XAF")
+        balance = tx.ledger.balance(client.merchant.id, "XAF")
     net = (3333 - 33) * 3  # three successes, fee 1 % of 3333 rounded half up to 33
     assert balance.available == net == balance.credited
     client.core.check_ledger(client.merchant.id, "XAF")

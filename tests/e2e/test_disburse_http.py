@@ -51,7 +51,7 @@ def pay(client: Client, body: dict[str, Any], idem: str) -> Any:
 
 def balance(client: Client) -> tuple[int, int, int]:
     with client.core.store.read() as tx:
-        b = tx.get_balance(client.merchant.id, "XAF")
+        b = tx.ledger.balance(client.merchant.id, "XAF")
     client.core.check_ledger(client.merchant.id, "XAF")
     return b.available, b.reserved, b.paid_out
 
@@ -128,7 +128,7 @@ def test_provider_detected_and_country_default(funded: Client) -> None:
     record = pay(funded, {**PAYOUT, "phone": "690000000"}, "orange").json()
     assert record["status"] == "PENDING"
     with funded.core.store.read() as tx:
-        stored = tx.get_payout(record["reference"])
+        stored = tx.payouts.get(record["reference"])
     assert stored is not None and stored.provider == "orange_cm" and stored.country == "CM"
 
 

@@ -311,9 +311,9 @@ SCOPED_POSTS = [
 
 def snapshot(w: World) -> tuple[Any, ...]:
     with w.core.store.read() as tx:
-        balances = [tx.list_balances(t.merchant_id) for t in (w.a, w.b)]
-        events = [len(tx.list_events(t.merchant_id)) for t in (w.a, w.b)]
-        entries = [len(tx.list_entries(t.merchant_id, "XAF")) for t in (w.a, w.b)]
+        balances = [tx.ledger.balances(t.merchant_id) for t in (w.a, w.b)]
+        events = [len(tx.outbox.list(t.merchant_id)) for t in (w.a, w.b)]
+        entries = [len(tx.ledger.entries(t.merchant_id, "XAF")) for t in (w.a, w.b)]
     return (
         len(w.refs.begun),
         balances,
@@ -532,7 +532,7 @@ def test_no_key_or_signing_secret_reaches_logs_error_bodies_or_later_responses(
             clock.advance(2)
             core.run_until_idle()
             with core.store.read() as tx:
-                events = tx.list_events(merchant.id)
+                events = tx.outbox.list(merchant.id)
             assert [e.status for e in events] == [DeliveryStatus.DELIVERED]
             assert len(receiver.received) == 2
             # later reads

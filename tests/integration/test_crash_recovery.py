@@ -317,14 +317,16 @@ def check_file(db: Path, merchant_id: str, acked: list[Acked]) -> None:
         with core.store.read() as tx:
             for ack in acked:
                 record = (
-                    tx.get_payout(ack.reference) if ack.kind == "payout" else tx.get_collection(ack.reference)
+                    tx.payouts.get(ack.reference)
+                    if ack.kind == "payout"
+                    else tx.collections.get(ack.reference)
                 )
                 assert record is not None, f"acknowledged {ack.kind} {ack.reference} was lost"
                 assert record.merchant_id == merchant_id
-                assert tx.get_idempotency(merchant_id, ack.idempotency_key) is not None
-            entries = tx.list_entries(merchant_id, "XAF")
+                assert tx.idempotency.get(merchant_id, ack.idempotency_key) is not None
+            entries = tx.ledger.entries(merchant_id, "XAF")
             collections = {
-                ack.reference: tx.get_collection(ack.reference) for ack in acked if ack.kind == "charge"
+                ack.reference: tx.collections.get(ack.reference) for ack in acked if ack.kind == "charge"
             }
     check_journal(db, entries_by_reference(entries), collections)
 
@@ -492,7 +494,7 @@ def test_sigkill_mid_stream_loses_nothing_acknowledged_and_moves_no_money_twice(
         with library(db) as core:
             balance = core.check_ledger(merchant_id, "XAF")
             with core.store.read() as tx:
-                entries = tx.list_entries(merchant_id, "XAF")
+                entries = tx.ledger.entries(merchant_id, "XAF")
         posted = [e for e in entries if e.kind == "post"]
         assert len({e.reference for e in posted}) == len(posted)  # one post per reference
         paid = [p for p in payouts.values() if p["status"] == "PAID"]

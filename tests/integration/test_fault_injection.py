@@ -30,7 +30,7 @@ from typing import Any, cast
 import attrs
 import pytest
 
-from paymentcore import Config, FakeClock, PaymentCore, RandomReferences, Reply
+from paymentcore import Config, FakeClock, PaymentCore, Payout, RandomReferences
 from paymentcore.adapters.memory import MemoryStore
 from paymentcore.adapters.sqlite import SqliteStore
 from paymentcore.models import (
@@ -55,8 +55,6 @@ from paymentcore.ports import (
 from paymentcore.testing import CapturingSender, ManualNetwork, fund, public_resolver
 
 FUNDED = 10_000
-PAYOUT = {"amount": 2500, "currency": "XAF", "phone": "670000000", "merchantReference": "order-1"}
-CHARGE = {"amount": 4000, "currency": "XAF", "country": "CM", "provider": "mtn_cm", "phone": "670000000"}
 # the outbox events a payout in each status has, in order (one list per way of getting there)
 PAYOUT_EVENTS: dict[PayoutStatus, list[list[str]]] = {
     PayoutStatus.PENDING: [[]],
@@ -118,6 +116,8 @@ class FaultyTransaction:
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self._inner, name)
+        if not callable(method):  # a repository (tx.payouts, ...): proxy its methods the same way
+            return FaultyTransaction(method, self._plan)
 
         def call(*args: Any, **kwargs: Any) -> Any:
             self._plan.step(name)
@@ -285,9 +285,7 @@ class Harness:
             config=Config(sandbox_delay=0, webhook_retry_delays=(5,), webhook_jitter=0.0),
         )
         merchant_id = core.operator.create_merchant("Fault Shop").id
-        secret = core.webhooks.register(merchant_id, {"url": "https://shop.example/hooks"}).body[
-            "signingSecret"
-        ]
+        secret = core.webhooks.register(merchant_id, url="https://shop.example/hooks").signing_secret
         fund(core, merchant_id, "XAF", FUNDED)
         return cls(core, plan, network, manual, sender, clock, refs, merchant_id, secret)
 
@@ -301,11 +299,11 @@ class Harness:
 
     def entries(self) -> list[LedgerEntry]:
         with self.core.store.read() as tx:
-            return tx.list_entries(self.merchant_id, "XAF")
+            return tx.ledger.entries(self.merchant_id, "XAF")
 
     def events(self) -> list[Event]:
         with self.core.store.read() as tx:
-            return tx.list_events(self.merchant_id)
+            return tx.outbox.list(self.merchant_id)
 
     def kinds_by_reference(self) -> dict[str, list[str]]:
         kinds: dict[str, list[str]] = {}
@@ -332,7 +330,7 @@ class Harness:
         known: set[str] = set()
         with self.core.store.read() as tx:
             for reference in self.refs.payouts:
-                payout = tx.get_payout(reference)
+                payout = tx.payouts.get(reference)
                 moves, types = kinds.get(reference, []), events.get(reference, [])
                 if payout is None:
                     assert (moves, types) == ([], []), f"{where}: leftovers of a payout never written"
@@ -342,7 +340,7 @@ class Harness:
                 assert moves == ["reserve", *expected_moves[payout.resolution]], (where, payout, moves)
                 assert types in PAYOUT_EVENTS[payout.status], (where, payout.status, types)
             for reference in self.refs.collections:
-                collection = tx.get_collection(reference)
+                collection = tx.collections.get(reference)
                 moves, types = kinds.get(reference, []), events.get(reference, [])
                 if collection is None:
                     assert (moves, types) == ([], []), f"{where}: leftovers of a collection never written"
@@ -375,7 +373,7 @@ class Harness:
 
 def only(references: list[str], core: PaymentCore, kind: str) -> str:
     with core.store.read() as tx:
-        get = tx.get_payout if kind == "payout" else tx.get_collection
+        get = tx.payouts.get if kind == "payout" else tx.collections.get
         existing = [r for r in references if get(r) is not None]
     assert len(existing) == 1, existing
     return existing[0]
@@ -390,16 +388,23 @@ class Operation:
     finish: Callable[[Harness], None]
 
 
-def create_payout(h: Harness) -> Reply:
-    return h.core.disburse.create(h.merchant_id, dict(PAYOUT), idempotency_key="payout-1")
+def create_payout(h: Harness) -> Payout:
+    return h.core.disburse.create(
+        h.merchant_id,
+        amount=2500,
+        currency="XAF",
+        phone="670000000",
+        merchant_reference="order-1",
+        idempotency_key="payout-1",
+    )
 
 
 def payout_creation_after_fault(h: Harness) -> None:
     """The payout exists with its reservation and its idempotency record, or none of them does."""
     with h.core.store.read() as tx:
-        written = [r for r in h.refs.payouts if tx.get_payout(r) is not None]
-        record = tx.get_idempotency(h.merchant_id, "payout-1")
-        balance = tx.get_balance(h.merchant_id, "XAF")
+        written = [r for r in h.refs.payouts if tx.payouts.get(r) is not None]
+        record = tx.idempotency.get(h.merchant_id, "payout-1")
+        balance = tx.ledger.balance(h.merchant_id, "XAF")
     assert len(written) <= 1
     if written:
         assert record is not None and (balance.available, balance.reserved) == (FUNDED - 2500, 2500)
@@ -409,9 +414,8 @@ def payout_creation_after_fault(h: Harness) -> None:
 
 def payout_creation_finish(h: Harness) -> None:
     with h.core.store.read() as tx:
-        before = [r for r in h.refs.payouts if tx.get_payout(r) is not None]
-    reply = create_payout(h)  # the client retries with the same key
-    reference = str(reply.body["reference"])
+        before = [r for r in h.refs.payouts if tx.payouts.get(r) is not None]
+    reference = create_payout(h).reference  # the client retries with the same key
     assert before in ([], [reference])
     h.manual.complete(reference)
     h.recover()
@@ -420,7 +424,7 @@ def payout_creation_finish(h: Harness) -> None:
 
 
 def prepare_payout(h: Harness) -> None:
-    reference = str(create_payout(h).body["reference"])
+    reference = create_payout(h).reference
     h.manual.complete(reference)  # the network will confirm it at the first status check
 
 
@@ -432,14 +436,14 @@ def payout_finish(h: Harness) -> None:
     """PAID once; handed to the network again only if the store never learnt of the first hand-over."""
     reference = only(h.refs.payouts, h.core, "payout")
     with h.core.store.read() as tx:
-        payout = tx.get_payout(reference)
+        payout = tx.payouts.get(reference)
     assert payout is not None
     sent_before = h.network.count("send_payout", reference)
     unknown_send = sent_before == 1 and payout.status is PayoutStatus.PENDING
     h.recover()
     with h.core.store.read() as tx:
-        payout = tx.get_payout(reference)
-        balance = tx.get_balance(h.merchant_id, "XAF")
+        payout = tx.payouts.get(reference)
+        balance = tx.ledger.balance(h.merchant_id, "XAF")
     assert payout is not None and payout.status is PayoutStatus.PAID
     assert h.network.count("send_payout", reference) == (2 if unknown_send else 1)
     assert h.kinds_by_reference()[reference] == ["reserve", "post"]  # the money moved once
@@ -447,7 +451,9 @@ def payout_finish(h: Harness) -> None:
 
 
 def prepare_charge(h: Harness) -> None:
-    reference = str(h.core.collect.charge(h.merchant_id, dict(CHARGE)).body["reference"])
+    reference = h.core.collect.charge(
+        h.merchant_id, amount=4000, currency="XAF", country="CM", provider="mtn_cm", phone="670000000"
+    ).reference
     h.manual.complete(reference)  # the payer approves as soon as the network is asked
 
 
@@ -459,8 +465,8 @@ def collection_finish(h: Harness) -> None:
     reference = only(h.refs.collections, h.core, "collection")
     h.recover()
     with h.core.store.read() as tx:
-        collection = tx.get_collection(reference)
-        balance = tx.get_balance(h.merchant_id, "XAF")
+        collection = tx.collections.get(reference)
+        balance = tx.ledger.balance(h.merchant_id, "XAF")
     assert collection is not None and collection.status is CollectionStatus.SUCCESS
     assert h.kinds_by_reference()[reference] == ["credit"]
     assert balance.available == FUNDED + 4000
@@ -482,7 +488,7 @@ def delivery_finish(h: Harness) -> None:
     h.recover()
     h.check_every_event_delivered()
     with h.core.store.read() as tx:
-        endpoint = tx.get_webhook(h.merchant_id)
+        endpoint = tx.webhooks.get(h.merchant_id)
     assert endpoint is not None and endpoint.is_active and endpoint.consecutive_failures == 0
 
 
@@ -505,7 +511,7 @@ def release_finish(h: Harness) -> None:
 
 
 def prepare_failed(h: Harness, moved: bool) -> None:
-    reference = str(create_payout(h).body["reference"])
+    reference = create_payout(h).reference
     h.manual.refuse(reference)
     h.core.disburse.process_due()
     assert h.core.disburse.find(reference).status is PayoutStatus.FAILED
@@ -524,7 +530,7 @@ def resolution_finish(h: Harness, moved: bool) -> None:
     h.recover()
     payout = h.core.disburse.find(reference)
     with h.core.store.read() as tx:
-        balance = tx.get_balance(h.merchant_id, "XAF")
+        balance = tx.ledger.balance(h.merchant_id, "XAF")
     if moved:
         assert (payout.status, payout.resolution) == (PayoutStatus.PAID, Resolution.POSTED)
         assert h.kinds_by_reference()[reference] == ["reserve", "post"]

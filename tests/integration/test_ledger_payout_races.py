@@ -17,14 +17,12 @@ from pathlib import Path
 import pytest
 
 import paymentcore
-from paymentcore import ledger
+from paymentcore import Payout, ledger
 from paymentcore.errors import InsufficientBalanceError
-from paymentcore.idempotency import Reply
 from paymentcore.models import Balance, PayoutStatus
 
 FUNDED = 4000
 AMOUNT = 1000
-BODY = {"amount": AMOUNT, "currency": "XAF", "phone": "670000000"}
 JOIN_TIMEOUT = 90.0
 
 
@@ -33,13 +31,13 @@ class Outcomes:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.replies: list[Reply] = []
+        self.payouts: list[Payout] = []
         self.insufficient = 0
         self.errors: list[str] = []
 
     @property
     def references(self) -> list[str]:
-        return [str(reply.body["reference"]) for reply in self.replies]
+        return [payout.reference for payout in self.payouts]
 
 
 def open_core(path: Path) -> paymentcore.PaymentCore:
@@ -62,7 +60,7 @@ def fund(core: paymentcore.PaymentCore, merchant_id: str, amount: int = FUNDED) 
 
 def balance(core: paymentcore.PaymentCore, merchant_id: str) -> Balance:
     with core.store.read() as tx:
-        return tx.get_balance(merchant_id, "XAF")
+        return tx.ledger.balance(merchant_id, "XAF")
 
 
 def race(core: paymentcore.PaymentCore, merchant_id: str, keys: list[str]) -> Outcomes:
@@ -73,7 +71,9 @@ def race(core: paymentcore.PaymentCore, merchant_id: str, keys: list[str]) -> Ou
     def attempt(key: str) -> None:
         try:
             start.wait(timeout=30)
-            reply = core.disburse.create(merchant_id, dict(BODY), idempotency_key=key)
+            payout = core.disburse.create(
+                merchant_id, amount=AMOUNT, currency="XAF", phone="670000000", idempotency_key=key
+            )
         except InsufficientBalanceError:
             with outcomes.lock:
                 outcomes.insufficient += 1
@@ -82,7 +82,7 @@ def race(core: paymentcore.PaymentCore, merchant_id: str, keys: list[str]) -> Ou
                 outcomes.errors.append(traceback.format_exc())
         else:
             with outcomes.lock:
-                outcomes.replies.append(reply)
+                outcomes.payouts.append(payout)
 
     threads = [threading.Thread(target=attempt, args=(key,)) for key in keys]
     for thread in threads:
@@ -115,8 +115,8 @@ def race_worker(
     except BaseException:
         reports.put(("error", traceback.format_exc()))
         raise
-    if outcomes.errors or any(reply.status != 201 for reply in outcomes.replies):
-        reports.put(("error", *outcomes.errors, *(repr(reply) for reply in outcomes.replies)))
+    if outcomes.errors or any(payout.status is not PayoutStatus.PENDING for payout in outcomes.payouts):
+        reports.put(("error", *outcomes.errors, *(repr(payout) for payout in outcomes.payouts)))
     else:
         reports.put(("ok", str(outcomes.insufficient), *outcomes.references))
 
@@ -145,21 +145,21 @@ def test_24_threads_reserve_exactly_four_payouts(core: paymentcore.PaymentCore) 
     outcomes = race(core, merchant.id, [f"k{i}" for i in range(24)])
 
     assert outcomes.errors == []
-    assert [reply.status for reply in outcomes.replies] == [201] * 4
+    assert [payout.status for payout in outcomes.payouts] == [PayoutStatus.PENDING] * 4
     assert outcomes.insufficient == 20
     assert len(set(outcomes.references)) == 4
     assert_books(core, merchant.id, available=0, reserved=FUNDED, paid=0)
     with core.store.read() as tx:
-        payouts = [tx.get_payout(reference) for reference in outcomes.references]
+        payouts = [tx.payouts.get(reference) for reference in outcomes.references]
         assert [p.status if p else None for p in payouts] == [PayoutStatus.PENDING] * 4
-        assert tx.spent(merchant.id, "XAF", 0) == FUNDED
-        kinds = [e.kind for e in tx.list_entries(merchant.id, "XAF")]
+        assert tx.payouts.spent(merchant.id, "XAF", 0) == FUNDED
+        kinds = [e.kind for e in tx.ledger.entries(merchant.id, "XAF")]
     assert sorted(kinds) == ["credit"] + ["reserve"] * 4
 
     core.run_until_idle()
     assert_books(core, merchant.id, available=0, reserved=0, paid=FUNDED)
     with core.store.read() as tx:
-        paid = [tx.get_payout(reference) for reference in outcomes.references]
+        paid = [tx.payouts.get(reference) for reference in outcomes.references]
     assert [p.status if p else None for p in paid] == [PayoutStatus.PAID] * 4
 
 
@@ -170,13 +170,13 @@ def test_16_threads_with_one_key_create_one_payout(core: paymentcore.PaymentCore
 
     assert outcomes.errors == []
     assert outcomes.insufficient == 0
-    assert [reply.status for reply in outcomes.replies] == [201] * 16
+    assert [payout.status for payout in outcomes.payouts] == [PayoutStatus.PENDING] * 16
     assert len(set(outcomes.references)) == 1
-    assert all(reply.body == outcomes.replies[0].body for reply in outcomes.replies)
+    assert all(payout == outcomes.payouts[0] for payout in outcomes.payouts)
     assert_books(core, merchant.id, available=FUNDED - AMOUNT, reserved=AMOUNT, paid=0)
     with core.store.read() as tx:
-        assert tx.spent(merchant.id, "XAF", 0) == AMOUNT
-        assert sorted(e.kind for e in tx.list_entries(merchant.id, "XAF")) == ["credit", "reserve"]
+        assert tx.payouts.spent(merchant.id, "XAF", 0) == AMOUNT
+        assert sorted(e.kind for e in tx.ledger.entries(merchant.id, "XAF")) == ["credit", "reserve"]
 
     core.run_until_idle()
     assert_books(core, merchant.id, available=FUNDED - AMOUNT, reserved=0, paid=AMOUNT)
@@ -214,8 +214,8 @@ def test_two_processes_reserve_exactly_four_payouts(core: paymentcore.PaymentCor
     assert insufficient == 20
     assert_books(core, merchant.id, available=0, reserved=FUNDED, paid=0)
     with core.store.read() as tx:
-        assert tx.spent(merchant.id, "XAF", 0) == FUNDED
-        assert all(tx.get_payout(ref) is not None for ref in references)
+        assert tx.payouts.spent(merchant.id, "XAF", 0) == FUNDED
+        assert all(tx.payouts.get(ref) is not None for ref in references)
 
     core.run_until_idle()
     assert_books(core, merchant.id, available=0, reserved=0, paid=FUNDED)

@@ -105,11 +105,11 @@ class Shop:
 
     def existing_collections(self) -> list[str]:
         with self.core.store.read() as tx:
-            return [r for r in self.refs.collections if tx.get_collection(r) is not None]
+            return [r for r in self.refs.collections if tx.collections.get(r) is not None]
 
     def existing_payouts(self) -> list[str]:
         with self.core.store.read() as tx:
-            return [r for r in self.refs.payouts if tx.get_payout(r) is not None]
+            return [r for r in self.refs.payouts if tx.payouts.get(r) is not None]
 
 
 @pytest.fixture(params=["sqlite", "memory"])
@@ -259,7 +259,7 @@ def test_16_threads_with_one_idempotency_key_send_one_prompt_and_one_payout(shop
     assert len(shop.existing_collections()) == len(shop.refs.collections) == 1
     assert len(shop.existing_payouts()) == len(shop.refs.payouts) == 1
     with shop.core.store.read() as tx:
-        balance = tx.get_balance(shop.merchant_id, "XAF")
+        balance = tx.ledger.balance(shop.merchant_id, "XAF")
     assert (balance.available, balance.reserved) == (7000, 3000)  # reserved once
     shop.core.run_until_idle()
     network = shop.core.network

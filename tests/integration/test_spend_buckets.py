@@ -52,16 +52,16 @@ def test_spent_equals_the_plain_sum(
             payouts = [payout(i, at, amount, status) for i, (at, amount, status) in enumerate(rows)]
             with store.transaction() as tx:
                 for p in payouts:
-                    tx.insert_payout(p)
+                    tx.payouts.add(p)
             with store.transaction() as tx:
                 for i in rejected_later:
                     if i < len(payouts) and payouts[i].status is PayoutStatus.PENDING:
                         payouts[i] = attrs.evolve(payouts[i], status=PayoutStatus.REJECTED)
-                        tx.update_payout(payouts[i])
+                        tx.payouts.update(payouts[i])
             counted = (PayoutStatus.PENDING, PayoutStatus.SENT, PayoutStatus.PAID, PayoutStatus.FAILED)
             expected = sum(p.amount for p in payouts if p.created_at >= since and p.status in counted)
             with store.read() as tx:
-                assert tx.spent("m1", "XAF", since) == expected
-                assert tx.spent("m1", "XOF", since) == 0
+                assert tx.payouts.spent("m1", "XAF", since) == expected
+                assert tx.payouts.spent("m1", "XOF", since) == 0
         finally:
             store.close()

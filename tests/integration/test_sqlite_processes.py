@@ -39,9 +39,11 @@ pytestmark = pytest.mark.slow
 def increment(store: SqliteStore, tag: str, i: int) -> None:
     """One unit of work: read the balance, add 1, write it back, and journal it."""
     with store.transaction() as tx:
-        balance = tx.get_balance(MERCHANT, CURRENCY)
-        tx.put_balance(attrs.evolve(balance, available=balance.available + 1, credited=balance.credited + 1))
-        tx.append_entry(
+        balance = tx.ledger.balance(MERCHANT, CURRENCY)
+        tx.ledger.put_balance(
+            attrs.evolve(balance, available=balance.available + 1, credited=balance.credited + 1)
+        )
+        tx.ledger.append(
             LedgerEntry(
                 id=f"{tag}-{i:04d}",
                 merchant_id=MERCHANT,
@@ -85,7 +87,7 @@ def collect(reports: Queue[Report], count: int) -> dict[str, Report]:
 def entries_by_tag(store: SqliteStore) -> dict[str, int]:
     counts: dict[str, int] = {}
     with store.read() as tx:
-        for entry in tx.list_entries(MERCHANT, CURRENCY):
+        for entry in tx.ledger.entries(MERCHANT, CURRENCY):
             tag = entry.id.rsplit("-", 1)[0]
             counts[tag] = counts.get(tag, 0) + 1
     return counts
@@ -118,7 +120,7 @@ def test_two_processes_increment_one_balance_without_lost_updates(tmp_path: Path
         (_, start0, end0, _), (_, start1, end1, _) = got["p0"], got["p1"]
         assert start0 < end1 and start1 < end0
         with parent.read() as tx:
-            balance = tx.get_balance(MERCHANT, CURRENCY)
+            balance = tx.ledger.balance(MERCHANT, CURRENCY)
             assert balance == Balance(MERCHANT, CURRENCY, available=2 * PER_PROCESS, credited=2 * PER_PROCESS)
             assert check_invariant(tx, MERCHANT, CURRENCY) == balance
         assert entries_by_tag(parent) == {"p0": PER_PROCESS, "p1": PER_PROCESS}
@@ -147,7 +149,7 @@ def test_opening_a_fresh_file_waits_for_a_writer_holding_the_lock(tmp_path: Path
         assert store.schema_version() == len(MIGRATIONS)
         increment(store, "fresh", 0)
         with store.read() as tx:
-            assert tx.get_balance(MERCHANT, CURRENCY).available == 1
+            assert tx.ledger.balance(MERCHANT, CURRENCY).available == 1
         assert store.integrity_check() == "ok"
     finally:
         store.close()
@@ -177,7 +179,7 @@ def test_threads_share_one_store_without_lost_updates(tmp_path: Path) -> None:
         assert not any(thread.is_alive() for thread in threads)
         assert errors == []
         with store.read() as tx:
-            balance = tx.get_balance(MERCHANT, CURRENCY)
+            balance = tx.ledger.balance(MERCHANT, CURRENCY)
             assert balance.available == balance.credited == THREADS * PER_THREAD
             assert check_invariant(tx, MERCHANT, CURRENCY) == balance
         assert entries_by_tag(store) == {f"t{n}": PER_THREAD for n in range(THREADS)}

@@ -7,6 +7,8 @@ adapters fails on one of the two parameters.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import itertools
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -15,11 +17,24 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import hypothesis
+import hypothesis.strategies as st
 import pytest
 
+from paymentcore._queries import (
+    SPENT_STATUSES,
+    UNSPENT_STATUSES,
+    collection_due_order,
+    collection_is_due,
+    counts_as_spent,
+    event_is_due,
+    payout_due_order,
+    payout_is_due,
+)
 from paymentcore.adapters.memory import MemoryStore
-from paymentcore.adapters.sqlite import SqliteStore
+from paymentcore.adapters.sqlite import MIGRATIONS, SqliteStore
 from paymentcore.models import (
+    PAYOUT_TRANSITIONS,
     ApiKey,
     Balance,
     Collection,
@@ -261,21 +276,21 @@ def floats_in(value: object) -> list[object]:
 
 def test_settings_default_then_put_replaces(store: Store) -> None:
     with store.read() as tx:
-        assert tx.get_settings() == Settings()
-        assert tx.get_settings().api_enabled is True
+        assert tx.settings.get() == Settings()
+        assert tx.settings.get().api_enabled is True
     closed = Settings(api_enabled=False, payouts_enabled=False, closed_currencies=frozenset({"XAF", "GHS"}))
     with store.transaction() as tx:
-        tx.put_settings(closed)
+        tx.settings.put(closed)
     with store.read() as tx:
-        got = tx.get_settings()
+        got = tx.settings.get()
     assert got == closed
     assert isinstance(got.closed_currencies, frozenset)
     assert got.api_enabled is False and got.payouts_enabled is False
     reopened = Settings(api_enabled=True, payouts_enabled=False, closed_currencies=frozenset())
     with store.transaction() as tx:
-        tx.put_settings(reopened)
+        tx.settings.put(reopened)
     with store.read() as tx:
-        assert tx.get_settings() == reopened
+        assert tx.settings.get() == reopened
 
 
 def test_merchant_round_trip_update_and_list_order(store: Store) -> None:
@@ -283,57 +298,57 @@ def test_merchant_round_trip_update_and_list_order(store: Store) -> None:
     early_b = merchant("mer_b", created_at=NOW + 1)
     early_a = attrs.evolve(merchant("mer_0", created_at=NOW), status=MerchantStatus.NOT_APPROVED)
     with store.transaction() as tx:
-        assert tx.get_merchant("mer_a") is None
+        assert tx.merchants.get("mer_a") is None
         for m in (late, early_b, early_a):
-            tx.put_merchant(m)
+            tx.merchants.put(m)
     with store.read() as tx:
-        got = tx.get_merchant("mer_a")
+        got = tx.merchants.get("mer_a")
         assert got == late
         assert got is not None and got.blocked_providers == frozenset({"mtn_cm", "orange_cm"})
-        assert tx.get_merchant("mer_0") == early_a
-        assert [m.id for m in tx.list_merchants()] == ["mer_0", "mer_b", "mer_a"]
-        assert tx.get_merchant("mer_missing") is None
+        assert tx.merchants.get("mer_0") == early_a
+        assert [m.id for m in tx.merchants.list()] == ["mer_0", "mer_b", "mer_a"]
+        assert tx.merchants.get("mer_missing") is None
     suspended = attrs.evolve(late, status=MerchantStatus.SUSPENDED, blocked_providers=frozenset(), name="X")
     with store.transaction() as tx:
-        tx.put_merchant(suspended)
+        tx.merchants.put(suspended)
     with store.read() as tx:
-        assert tx.get_merchant("mer_a") == suspended
-        assert len(tx.list_merchants()) == 3
+        assert tx.merchants.get("mer_a") == suspended
+        assert len(tx.merchants.list()) == 3
 
 
 def test_api_key_round_trip_by_id_and_by_hash(store: Store) -> None:
     both = api_key("key_1", key_hash="hash-1")
     one = attrs.evolve(api_key("key_2", key_hash="hash-2"), scopes=frozenset({Scope.COLLECT}), revoked=True)
     with store.transaction() as tx:
-        tx.put_key(both)
-        tx.put_key(one)
+        tx.keys.put(both)
+        tx.keys.put(one)
     with store.read() as tx:
-        assert tx.get_key("key_1") == both
-        assert tx.get_key_by_hash("hash-1") == both
-        got = tx.get_key_by_hash("hash-2")
+        assert tx.keys.get("key_1") == both
+        assert tx.keys.by_hash("hash-1") == both
+        got = tx.keys.by_hash("hash-2")
         assert got == one
         assert got is not None and got.revoked is True
         assert got.scopes == frozenset({Scope.COLLECT})
         assert all(isinstance(scope, Scope) for scope in got.scopes)
-        assert tx.get_key("key_3") is None
-        assert tx.get_key_by_hash("hash-3") is None
+        assert tx.keys.get("key_3") is None
+        assert tx.keys.by_hash("hash-3") is None
     revoked = attrs.evolve(both, revoked=True, per_minute=1)
     with store.transaction() as tx:
-        tx.put_key(revoked)
+        tx.keys.put(revoked)
     with store.read() as tx:
-        assert tx.get_key("key_1") == revoked
-        assert tx.get_key_by_hash("hash-1") == revoked
+        assert tx.keys.get("key_1") == revoked
+        assert tx.keys.by_hash("hash-1") == revoked
 
 
 def test_key_by_hash_never_answers_for_a_replaced_hash(store: Store) -> None:
     key = api_key("key_1", key_hash="hash-old")
     with store.transaction() as tx:
-        tx.put_key(key)
+        tx.keys.put(key)
     with store.transaction() as tx:
-        tx.put_key(attrs.evolve(key, key_hash="hash-new"))
+        tx.keys.put(attrs.evolve(key, key_hash="hash-new"))
     with store.read() as tx:
-        assert tx.get_key_by_hash("hash-new") == attrs.evolve(key, key_hash="hash-new")
-        assert tx.get_key_by_hash("hash-old") is None
+        assert tx.keys.by_hash("hash-new") == attrs.evolve(key, key_hash="hash-new")
+        assert tx.keys.by_hash("hash-old") is None
 
 
 def test_payout_limits_round_trip_with_none_fields(store: Store) -> None:
@@ -342,23 +357,23 @@ def test_payout_limits_round_trip_with_none_fields(store: Store) -> None:
         "mer_1", "GHS", per_transaction=None, per_day=50_000, per_week=None, review_threshold=0
     )
     with store.transaction() as tx:
-        assert tx.get_limits("mer_1", "XAF") is None
-        tx.put_limits(unset)
-        tx.put_limits(partial)
+        assert tx.limits.get("mer_1", "XAF") is None
+        tx.limits.put(unset)
+        tx.limits.put(partial)
     with store.read() as tx:
-        got = tx.get_limits("mer_1", "XAF")
+        got = tx.limits.get("mer_1", "XAF")
         assert got == unset
         assert got is not None and got.per_transaction is None and got.review_threshold is None
-        assert tx.get_limits("mer_1", "GHS") == partial
-        assert tx.get_limits("mer_2", "XAF") is None
+        assert tx.limits.get("mer_1", "GHS") == partial
+        assert tx.limits.get("mer_2", "XAF") is None
     full = PayoutLimits(
         "mer_1", "XAF", per_transaction=10_000, per_day=20_000, per_week=30_000, review_threshold=5
     )
     with store.transaction() as tx:
-        tx.put_limits(full)
+        tx.limits.put(full)
     with store.read() as tx:
-        assert tx.get_limits("mer_1", "XAF") == full
-        assert tx.get_limits("mer_1", "GHS") == partial
+        assert tx.limits.get("mer_1", "XAF") == full
+        assert tx.limits.get("mer_1", "GHS") == partial
 
 
 # --- collections ----------------------------------------------------------------------------------
@@ -368,36 +383,36 @@ def test_collection_round_trip_insert_and_update(store: Store) -> None:
     full = full_collection()
     bare = collection("REQ-2-BARE")
     with store.transaction() as tx:
-        tx.insert_collection(full)
-        tx.insert_collection(bare)
+        tx.collections.add(full)
+        tx.collections.add(bare)
     with store.read() as tx:
-        assert tx.get_collection(full.reference) == full
-        assert tx.get_collection(bare.reference) == bare
-        assert tx.get_collection("REQ-missing") is None
+        assert tx.collections.get(full.reference) == full
+        assert tx.collections.get(bare.reference) == bare
+        assert tx.collections.get("REQ-missing") is None
     processing = attrs.evolve(
         bare, status=CollectionStatus.PROCESSING, provider="orange_cm", phone="690000000", updated_at=NOW + 9
     )
     with store.transaction() as tx:
-        tx.update_collection(processing)
+        tx.collections.update(processing)
     with store.read() as tx:
-        assert tx.get_collection(bare.reference) == processing
+        assert tx.collections.get(bare.reference) == processing
 
 
 def test_collection_duplicate_insert_raises_and_keeps_the_first(store: Store) -> None:
     first = full_collection("REQ-DUP")
     with store.transaction() as tx:
-        tx.insert_collection(first)
+        tx.collections.add(first)
     with pytest.raises(DUPLICATE), store.transaction() as tx:
-        tx.insert_collection(attrs.evolve(first, description="second", status=CollectionStatus.FAILED))
+        tx.collections.add(attrs.evolve(first, description="second", status=CollectionStatus.FAILED))
     with store.read() as tx:
-        assert tx.get_collection("REQ-DUP") == first
+        assert tx.collections.get("REQ-DUP") == first
 
 
 def test_collection_update_of_missing_row_raises_key_error(store: Store) -> None:
     with pytest.raises(KeyError), store.transaction() as tx:
-        tx.update_collection(collection("REQ-NOPE"))
+        tx.collections.update(collection("REQ-NOPE"))
     with store.read() as tx:
-        assert tx.get_collection("REQ-NOPE") is None
+        assert tx.collections.get("REQ-NOPE") is None
 
 
 def test_due_collections_selection_order_and_limit(store: Store) -> None:
@@ -428,14 +443,14 @@ def test_due_collections_selection_order_and_limit(store: Store) -> None:
     ]
     with store.transaction() as tx:
         for c in not_due + open_ones:
-            tx.insert_collection(c)
+            tx.collections.add(c)
     expected = ["REQ-d-both", "REQ-a-check", "REQ-e-tie", "REQ-b-expired", "REQ-c-exact"]
     with store.read() as tx:
-        assert refs(tx.due_collections(NOW, 100)) == expected
-        assert refs(tx.due_collections(NOW, 2)) == expected[:2]
-        assert tx.due_collections(NOW, 100)[0] == open_ones[3]
-        assert refs(tx.due_collections(NOW - 31, 100)) == []
-        assert refs(tx.due_collections(NOW + 1, 100)) == [*expected, "REQ-f-future"]
+        assert refs(tx.collections.due(NOW, 100)) == expected
+        assert refs(tx.collections.due(NOW, 2)) == expected[:2]
+        assert tx.collections.due(NOW, 100)[0] == open_ones[3]
+        assert refs(tx.collections.due(NOW - 31, 100)) == []
+        assert refs(tx.collections.due(NOW + 1, 100)) == [*expected, "REQ-f-future"]
 
 
 def test_count_prompts_window_is_inclusive_and_per_phone(store: Store) -> None:
@@ -448,13 +463,13 @@ def test_count_prompts_window_is_inclusive_and_per_phone(store: Store) -> None:
     ]
     with store.transaction() as tx:
         for c in rows:
-            tx.insert_collection(c)
+            tx.collections.add(c)
     with store.read() as tx:
-        assert tx.count_prompts("670000001", NOW - 300_000) == 2
-        assert tx.count_prompts("670000001", NOW - 300_001) == 3
-        assert tx.count_prompts("670000001", NOW) == 0
-        assert tx.count_prompts("670000002", NOW) == 1
-        assert tx.count_prompts("670000009", 0) == 0
+        assert tx.collections.prompts_since("670000001", NOW - 300_000) == 2
+        assert tx.collections.prompts_since("670000001", NOW - 300_001) == 3
+        assert tx.collections.prompts_since("670000001", NOW) == 0
+        assert tx.collections.prompts_since("670000002", NOW) == 1
+        assert tx.collections.prompts_since("670000009", 0) == 0
 
 
 # --- payouts --------------------------------------------------------------------------------------
@@ -463,10 +478,10 @@ def test_count_prompts_window_is_inclusive_and_per_phone(store: Store) -> None:
 def test_payout_round_trip_insert_and_update(store: Store) -> None:
     pending = payout("PO-1", next_check_at=NOW)
     with store.transaction() as tx:
-        tx.insert_payout(pending)
+        tx.payouts.add(pending)
     with store.read() as tx:
-        assert tx.get_payout("PO-1") == pending
-        assert tx.get_payout("PO-2") is None
+        assert tx.payouts.get("PO-1") == pending
+        assert tx.payouts.get("PO-2") is None
     paid = attrs.evolve(
         pending,
         status=PayoutStatus.PAID,
@@ -481,9 +496,9 @@ def test_payout_round_trip_insert_and_update(store: Store) -> None:
         updated_at=NOW + 2,
     )
     with store.transaction() as tx:
-        tx.update_payout(paid)
+        tx.payouts.update(paid)
     with store.read() as tx:
-        got = tx.get_payout("PO-1")
+        got = tx.payouts.get("PO-1")
     assert got == paid
     assert got is not None and got.resolution is Resolution.POSTED and got.awaiting_review is True
 
@@ -491,18 +506,18 @@ def test_payout_round_trip_insert_and_update(store: Store) -> None:
 def test_payout_duplicate_insert_raises_and_keeps_the_first(store: Store) -> None:
     first = payout("PO-DUP", amount=700)
     with store.transaction() as tx:
-        tx.insert_payout(first)
+        tx.payouts.add(first)
     with pytest.raises(DUPLICATE), store.transaction() as tx:
-        tx.insert_payout(attrs.evolve(first, amount=900, status=PayoutStatus.SENT))
+        tx.payouts.add(attrs.evolve(first, amount=900, status=PayoutStatus.SENT))
     with store.read() as tx:
-        assert tx.get_payout("PO-DUP") == first
+        assert tx.payouts.get("PO-DUP") == first
 
 
 def test_payout_update_of_missing_row_raises_key_error(store: Store) -> None:
     with pytest.raises(KeyError), store.transaction() as tx:
-        tx.update_payout(payout("PO-NOPE"))
+        tx.payouts.update(payout("PO-NOPE"))
     with store.read() as tx:
-        assert tx.get_payout("PO-NOPE") is None
+        assert tx.payouts.get("PO-NOPE") is None
 
 
 def test_due_payouts_selection_order_and_limit(store: Store) -> None:
@@ -520,13 +535,13 @@ def test_due_payouts_selection_order_and_limit(store: Store) -> None:
     ]
     with store.transaction() as tx:
         for p in rows:
-            tx.insert_payout(p)
+            tx.payouts.add(p)
     with store.read() as tx:
-        assert refs(tx.due_payouts(NOW, 100)) == ["PO-b", "PO-a", "PO-d", "PO-c"]
-        assert refs(tx.due_payouts(NOW, 3)) == ["PO-b", "PO-a", "PO-d"]
-        assert tx.due_payouts(NOW, 100)[0] == rows[1]
-        assert refs(tx.due_payouts(NOW + 1, 100)) == ["PO-b", "PO-a", "PO-d", "PO-c", "PO-later"]
-        assert refs(tx.due_payouts(NOW - 21, 100)) == []
+        assert refs(tx.payouts.due(NOW, 100)) == ["PO-b", "PO-a", "PO-d", "PO-c"]
+        assert refs(tx.payouts.due(NOW, 3)) == ["PO-b", "PO-a", "PO-d"]
+        assert tx.payouts.due(NOW, 100)[0] == rows[1]
+        assert refs(tx.payouts.due(NOW + 1, 100)) == ["PO-b", "PO-a", "PO-d", "PO-c", "PO-later"]
+        assert refs(tx.payouts.due(NOW - 21, 100)) == []
 
 
 def test_spent_counts_live_and_failed_payouts_from_since_inclusive(store: Store) -> None:
@@ -541,17 +556,17 @@ def test_spent_counts_live_and_failed_payouts_from_since_inclusive(store: Store)
         payout("PO-other-currency", amount=10_000_000, currency="XOF", created_at=NOW),
     ]
     with store.transaction() as tx:
-        assert tx.spent("mer_1", "XAF", 0) == 0
+        assert tx.payouts.spent("mer_1", "XAF", 0) == 0
         for p in rows:
-            tx.insert_payout(p)
+            tx.payouts.add(p)
     with store.read() as tx:
-        assert tx.spent("mer_1", "XAF", NOW) == 1111
-        assert tx.spent("mer_1", "XAF", NOW - 1) == 101_111
-        assert tx.spent("mer_1", "XAF", NOW + 1) == 1110
-        assert tx.spent("mer_1", "XAF", NOW + 7) == 1000
-        assert tx.spent("mer_1", "XAF", NOW + 8) == 0
-        assert tx.spent("mer_2", "XAF", 0) == 1_000_000
-        assert tx.spent("mer_1", "XOF", 0) == 10_000_000
+        assert tx.payouts.spent("mer_1", "XAF", NOW) == 1111
+        assert tx.payouts.spent("mer_1", "XAF", NOW - 1) == 101_111
+        assert tx.payouts.spent("mer_1", "XAF", NOW + 1) == 1110
+        assert tx.payouts.spent("mer_1", "XAF", NOW + 7) == 1000
+        assert tx.payouts.spent("mer_1", "XAF", NOW + 8) == 0
+        assert tx.payouts.spent("mer_2", "XAF", 0) == 1_000_000
+        assert tx.payouts.spent("mer_1", "XOF", 0) == 10_000_000
 
 
 # --- balances and the journal ---------------------------------------------------------------------
@@ -559,8 +574,8 @@ def test_spent_counts_live_and_failed_payouts_from_since_inclusive(store: Store)
 
 def test_balance_defaults_put_and_list_sorted_by_currency(store: Store) -> None:
     with store.read() as tx:
-        assert tx.get_balance("mer_1", "XAF") == Balance("mer_1", "XAF", 0, 0, 0, 0)
-        assert tx.list_balances("mer_1") == []
+        assert tx.ledger.balance("mer_1", "XAF") == Balance("mer_1", "XAF", 0, 0, 0, 0)
+        assert tx.ledger.balances("mer_1") == []
     balances = [
         Balance("mer_1", "XOF", available=5, reserved=0, paid_out=0, credited=5),
         Balance("mer_1", "GHS", available=1, reserved=2, paid_out=3, credited=6),
@@ -569,36 +584,36 @@ def test_balance_defaults_put_and_list_sorted_by_currency(store: Store) -> None:
     ]
     with store.transaction() as tx:
         for b in balances:
-            tx.put_balance(b)
+            tx.ledger.put_balance(b)
     with store.read() as tx:
-        assert tx.get_balance("mer_1", "GHS") == balances[1]
-        assert [b.currency for b in tx.list_balances("mer_1")] == ["GHS", "XAF", "XOF"]
-        assert tx.list_balances("mer_1") == [balances[1], balances[2], balances[0]]
-        assert tx.list_balances("mer_2") == [balances[3]]
-        assert tx.get_balance("mer_2", "XAF") == Balance("mer_2", "XAF")
+        assert tx.ledger.balance("mer_1", "GHS") == balances[1]
+        assert [b.currency for b in tx.ledger.balances("mer_1")] == ["GHS", "XAF", "XOF"]
+        assert tx.ledger.balances("mer_1") == [balances[1], balances[2], balances[0]]
+        assert tx.ledger.balances("mer_2") == [balances[3]]
+        assert tx.ledger.balance("mer_2", "XAF") == Balance("mer_2", "XAF")
     moved = Balance("mer_1", "XAF", available=3000, reserved=2000, paid_out=500, credited=5500)
     with store.transaction() as tx:
-        tx.put_balance(moved)
+        tx.ledger.put_balance(moved)
     with store.read() as tx:
-        assert tx.get_balance("mer_1", "XAF") == moved
-        assert len(tx.list_balances("mer_1")) == 3
+        assert tx.ledger.balance("mer_1", "XAF") == moved
+        assert len(tx.ledger.balances("mer_1")) == 3
 
 
 def test_negative_balance_is_refused_and_nothing_is_written(store: Store) -> None:
     with pytest.raises(NEGATIVE), store.transaction() as tx:
-        tx.put_balance(Balance("mer_1", "XAF", available=-1, reserved=0, paid_out=0, credited=-1))
+        tx.ledger.put_balance(Balance("mer_1", "XAF", available=-1, reserved=0, paid_out=0, credited=-1))
     with store.read() as tx:
-        assert tx.list_balances("mer_1") == []
-        assert tx.get_balance("mer_1", "XAF") == Balance("mer_1", "XAF")
+        assert tx.ledger.balances("mer_1") == []
+        assert tx.ledger.balance("mer_1", "XAF") == Balance("mer_1", "XAF")
     kept = Balance("mer_1", "XAF", available=10, reserved=0, paid_out=0, credited=10)
     with store.transaction() as tx:
-        tx.put_balance(kept)
+        tx.ledger.put_balance(kept)
     with pytest.raises(NEGATIVE), store.transaction() as tx:
-        tx.append_entry(entry("led_overdraw"))
-        tx.put_balance(attrs.evolve(kept, available=-1, reserved=11))
+        tx.ledger.append(entry("led_overdraw"))
+        tx.ledger.put_balance(attrs.evolve(kept, available=-1, reserved=11))
     with store.read() as tx:
-        assert tx.get_balance("mer_1", "XAF") == kept
-        assert tx.list_entries("mer_1", "XAF") == []
+        assert tx.ledger.balance("mer_1", "XAF") == kept
+        assert tx.ledger.entries("mer_1", "XAF") == []
 
 
 def test_ledger_entries_round_trip_and_order(store: Store) -> None:
@@ -611,9 +626,9 @@ def test_ledger_entries_round_trip_and_order(store: Store) -> None:
     ]
     with store.transaction() as tx:
         for e in entries:
-            tx.append_entry(e)
+            tx.ledger.append(e)
     with store.read() as tx:
-        listed = tx.list_entries("mer_1", "XAF")
+        listed = tx.ledger.entries("mer_1", "XAF")
     # oldest first; within one millisecond, in the order they were written
     assert [e.id for e in listed] == ["led_b", "led_c", "led_a"]
     assert listed == [entries[1], entries[0], entries[2]]
@@ -626,12 +641,12 @@ def test_ledger_entries_round_trip_and_order(store: Store) -> None:
     )
     assert all(isinstance(leg, LedgerLeg) for leg in legs)
     with store.read() as tx:
-        assert [e.id for e in tx.list_entries("mer_1", "XOF")] == ["led_other_currency"]
-        assert tx.list_entries("mer_3", "XAF") == []
+        assert [e.id for e in tx.ledger.entries("mer_1", "XOF")] == ["led_other_currency"]
+        assert tx.ledger.entries("mer_3", "XAF") == []
     with pytest.raises(DUPLICATE), store.transaction() as tx:
-        tx.append_entry(attrs.evolve(entries[0], kind="post"))
+        tx.ledger.append(attrs.evolve(entries[0], kind="post"))
     with store.read() as tx:
-        assert [e for e in tx.list_entries("mer_1", "XAF") if e.id == "led_c"] == [entries[0]]
+        assert [e for e in tx.ledger.entries("mer_1", "XAF") if e.id == "led_c"] == [entries[0]]
 
 
 # --- webhooks and the outbox ----------------------------------------------------------------------
@@ -640,20 +655,20 @@ def test_ledger_entries_round_trip_and_order(store: Store) -> None:
 def test_webhook_endpoint_round_trip_and_replace(store: Store) -> None:
     endpoint = webhook()
     with store.transaction() as tx:
-        assert tx.get_webhook("mer_1") is None
-        tx.put_webhook(endpoint)
+        assert tx.webhooks.get("mer_1") is None
+        tx.webhooks.put(endpoint)
     with store.read() as tx:
-        got = tx.get_webhook("mer_1")
+        got = tx.webhooks.get("mer_1")
     assert got == endpoint
     assert got is not None and got.ever_succeeded is True and got.is_active is False
     active = attrs.evolve(
         endpoint, is_active=True, disabled_reason=None, consecutive_failures=0, events="legacy"
     )
     with store.transaction() as tx:
-        tx.put_webhook(active)
+        tx.webhooks.put(active)
     with store.read() as tx:
-        assert tx.get_webhook("mer_1") == active
-        assert tx.get_webhook("mer_2") is None
+        assert tx.webhooks.get("mer_1") == active
+        assert tx.webhooks.get("mer_2") is None
 
 
 def test_event_round_trip_keeps_nested_decimals_exact(store: Store) -> None:
@@ -669,10 +684,10 @@ def test_event_round_trip_keeps_nested_decimals_exact(store: Store) -> None:
     }
     original = event("evt_1", data=data)
     with store.transaction() as tx:
-        tx.insert_event(original)
+        tx.outbox.add(original)
     with store.read() as tx:
-        got = tx.get_event("evt_1")
-        assert tx.get_event("evt_2") is None
+        got = tx.outbox.get("evt_1")
+        assert tx.outbox.get("evt_2") is None
     assert got is not None
     assert got == original
     assert floats_in(got.data) == []
@@ -690,22 +705,22 @@ def test_event_round_trip_keeps_nested_decimals_exact(store: Store) -> None:
 def test_event_update_duplicate_and_missing(store: Store) -> None:
     first = event("evt_1")
     with store.transaction() as tx:
-        tx.insert_event(first)
+        tx.outbox.add(first)
     delivered = attrs.evolve(
         first, status=DeliveryStatus.DELIVERED, attempts=2, last_error="503", delivered_at=NOW + 10
     )
     with store.transaction() as tx:
-        tx.update_event(delivered)
+        tx.outbox.update(delivered)
     with store.read() as tx:
-        assert tx.get_event("evt_1") == delivered
+        assert tx.outbox.get("evt_1") == delivered
     with pytest.raises(DUPLICATE), store.transaction() as tx:
-        tx.insert_event(attrs.evolve(first, type="disburse.sent"))
+        tx.outbox.add(attrs.evolve(first, type="disburse.sent"))
     with store.read() as tx:
-        assert tx.get_event("evt_1") == delivered
+        assert tx.outbox.get("evt_1") == delivered
     with pytest.raises(KeyError), store.transaction() as tx:
-        tx.update_event(event("evt_missing"))
+        tx.outbox.update(event("evt_missing"))
     with store.read() as tx:
-        assert tx.get_event("evt_missing") is None
+        assert tx.outbox.get("evt_missing") is None
 
 
 def test_due_events_only_pending_and_due_oldest_first(store: Store) -> None:
@@ -720,14 +735,14 @@ def test_due_events_only_pending_and_due_oldest_first(store: Store) -> None:
     ]
     with store.transaction() as tx:
         for e in rows:
-            tx.insert_event(e)
+            tx.outbox.add(e)
     with store.read() as tx:
         # oldest first; within one millisecond, in the order they were written
-        assert [e.id for e in tx.due_events(NOW, 100)] == ["evt_b", "evt_a", "evt_c"]
-        assert [e.id for e in tx.due_events(NOW, 2)] == ["evt_b", "evt_a"]
-        assert [e.id for e in tx.due_events(NOW + 1, 100)] == ["evt_0_later", "evt_b", "evt_a", "evt_c"]
-        assert [e.id for e in tx.due_events(NOW - 2, 100)] == ["evt_a"]
-        assert tx.due_events(NOW, 100)[0] == rows[1]
+        assert [e.id for e in tx.outbox.due(NOW, 100)] == ["evt_b", "evt_a", "evt_c"]
+        assert [e.id for e in tx.outbox.due(NOW, 2)] == ["evt_b", "evt_a"]
+        assert [e.id for e in tx.outbox.due(NOW + 1, 100)] == ["evt_0_later", "evt_b", "evt_a", "evt_c"]
+        assert [e.id for e in tx.outbox.due(NOW - 2, 100)] == ["evt_a"]
+        assert tx.outbox.due(NOW, 100)[0] == rows[1]
 
 
 def test_list_events_per_merchant_in_creation_order(store: Store) -> None:
@@ -739,11 +754,11 @@ def test_list_events_per_merchant_in_creation_order(store: Store) -> None:
     ]
     with store.transaction() as tx:
         for e in rows:
-            tx.insert_event(e)
+            tx.outbox.add(e)
     with store.read() as tx:
-        assert tx.list_events("mer_1") == [rows[0], rows[1], rows[2]]  # ties: in the order written
-        assert [e.id for e in tx.list_events("mer_2")] == ["evt_w"]
-        assert tx.list_events("mer_3") == []
+        assert tx.outbox.list("mer_1") == [rows[0], rows[1], rows[2]]  # ties: in the order written
+        assert [e.id for e in tx.outbox.list("mer_2")] == ["evt_w"]
+        assert tx.outbox.list("mer_3") == []
 
 
 # --- idempotency ----------------------------------------------------------------------------------
@@ -752,26 +767,26 @@ def test_list_events_per_merchant_in_creation_order(store: Store) -> None:
 def test_idempotency_get_put_replace_delete(store: Store) -> None:
     running = IdempotencyRecord("mer_1", "key-1", "a" * 64, NOW)
     with store.transaction() as tx:
-        assert tx.get_idempotency("mer_1", "key-1") is None
-        tx.put_idempotency(running)
+        assert tx.idempotency.get("mer_1", "key-1") is None
+        tx.idempotency.put(running)
     with store.read() as tx:
-        got = tx.get_idempotency("mer_1", "key-1")
+        got = tx.idempotency.get("mer_1", "key-1")
         assert got == running
         assert got is not None and got.status_code is None and got.body is None
-        assert tx.get_idempotency("mer_2", "key-1") is None
+        assert tx.idempotency.get("mer_2", "key-1") is None
     done = attrs.evolve(running, status_code=201, body='{"amount":12.50}')
     with store.transaction() as tx:
-        tx.put_idempotency(done)
-        tx.put_idempotency(idem("key-1", merchant_id="mer_2"))
+        tx.idempotency.put(done)
+        tx.idempotency.put(idem("key-1", merchant_id="mer_2"))
     with store.read() as tx:
-        assert tx.get_idempotency("mer_1", "key-1") == done
+        assert tx.idempotency.get("mer_1", "key-1") == done
     with store.transaction() as tx:
-        tx.delete_idempotency("mer_1", "key-1")
-        tx.delete_idempotency("mer_1", "never-there")
-        assert tx.get_idempotency("mer_1", "key-1") is None
+        tx.idempotency.delete("mer_1", "key-1")
+        tx.idempotency.delete("mer_1", "never-there")
+        assert tx.idempotency.get("mer_1", "key-1") is None
     with store.read() as tx:
-        assert tx.get_idempotency("mer_1", "key-1") is None
-        assert tx.get_idempotency("mer_2", "key-1") == idem("key-1", merchant_id="mer_2")
+        assert tx.idempotency.get("mer_1", "key-1") is None
+        assert tx.idempotency.get("mer_2", "key-1") == idem("key-1", merchant_id="mer_2")
 
 
 def test_purge_idempotency_removes_only_older_records_and_counts_them(store: Store) -> None:
@@ -783,19 +798,19 @@ def test_purge_idempotency_removes_only_older_records_and_counts_them(store: Sto
     ]
     with store.transaction() as tx:
         for r in records:
-            tx.put_idempotency(r)
+            tx.idempotency.put(r)
     with store.transaction() as tx:
-        assert tx.purge_idempotency(NOW) == 2
+        assert tx.idempotency.purge(NOW) == 2
     with store.read() as tx:
-        assert tx.get_idempotency("mer_1", "k-old-1") is None
-        assert tx.get_idempotency("mer_2", "k-old-2") is None
-        assert tx.get_idempotency("mer_1", "k-boundary") == records[2]
-        assert tx.get_idempotency("mer_1", "k-new") == records[3]
+        assert tx.idempotency.get("mer_1", "k-old-1") is None
+        assert tx.idempotency.get("mer_2", "k-old-2") is None
+        assert tx.idempotency.get("mer_1", "k-boundary") == records[2]
+        assert tx.idempotency.get("mer_1", "k-new") == records[3]
     with store.transaction() as tx:
-        assert tx.purge_idempotency(NOW) == 0
-        assert tx.purge_idempotency(NOW + 2) == 2
+        assert tx.idempotency.purge(NOW) == 0
+        assert tx.idempotency.purge(NOW + 2) == 2
     with store.read() as tx:
-        assert tx.get_idempotency("mer_1", "k-new") is None
+        assert tx.idempotency.get("mer_1", "k-new") is None
 
 
 # --- transactions ---------------------------------------------------------------------------------
@@ -804,20 +819,20 @@ def test_purge_idempotency_removes_only_older_records_and_counts_them(store: Sto
 def _write_one_of_everything(store: Store) -> None:
     """Inside an open transaction: a write to every table, then a failure."""
     with store.transaction() as tx:
-        tx.put_settings(Settings(api_enabled=False))
-        tx.put_merchant(merchant("mer_rb"))
-        tx.put_key(api_key("key_rb", key_hash="hash-rb"))
-        tx.put_limits(PayoutLimits("mer_rb", "XAF", per_day=1))
-        tx.insert_collection(collection("REQ-RB", next_check_at=NOW))
-        tx.insert_payout(payout("PO-RB", merchant_id="mer_rb", next_check_at=NOW))
-        tx.put_balance(Balance("mer_rb", "XAF", available=5, credited=5))
-        tx.append_entry(entry("led_rb", merchant_id="mer_rb"))
-        tx.put_webhook(webhook("mer_rb"))
-        tx.insert_event(event("evt_rb", merchant_id="mer_rb"))
-        tx.put_idempotency(idem("key-rb", merchant_id="mer_rb"))
+        tx.settings.put(Settings(api_enabled=False))
+        tx.merchants.put(merchant("mer_rb"))
+        tx.keys.put(api_key("key_rb", key_hash="hash-rb"))
+        tx.limits.put(PayoutLimits("mer_rb", "XAF", per_day=1))
+        tx.collections.add(collection("REQ-RB", next_check_at=NOW))
+        tx.payouts.add(payout("PO-RB", merchant_id="mer_rb", next_check_at=NOW))
+        tx.ledger.put_balance(Balance("mer_rb", "XAF", available=5, credited=5))
+        tx.ledger.append(entry("led_rb", merchant_id="mer_rb"))
+        tx.webhooks.put(webhook("mer_rb"))
+        tx.outbox.add(event("evt_rb", merchant_id="mer_rb"))
+        tx.idempotency.put(idem("key-rb", merchant_id="mer_rb"))
         # inside the transaction, its own writes are visible
-        assert tx.get_merchant("mer_rb") == merchant("mer_rb")
-        assert tx.get_balance("mer_rb", "XAF").available == 5
+        assert tx.merchants.get("mer_rb") == merchant("mer_rb")
+        assert tx.ledger.balance("mer_rb", "XAF").available == 5
         raise Boom("after several writes")
 
 
@@ -825,29 +840,29 @@ def test_exception_inside_a_transaction_rolls_every_write_back(store: Store) -> 
     with pytest.raises(Boom):
         _write_one_of_everything(store)
     with store.read() as tx:
-        assert tx.get_settings() == Settings()
-        assert tx.get_merchant("mer_rb") is None
-        assert tx.list_merchants() == []
-        assert tx.get_key("key_rb") is None
-        assert tx.get_key_by_hash("hash-rb") is None
-        assert tx.get_limits("mer_rb", "XAF") is None
-        assert tx.get_collection("REQ-RB") is None
-        assert tx.due_collections(NOW, 10) == []
-        assert tx.get_payout("PO-RB") is None
-        assert tx.due_payouts(NOW, 10) == []
-        assert tx.spent("mer_rb", "XAF", 0) == 0
-        assert tx.list_balances("mer_rb") == []
-        assert tx.get_balance("mer_rb", "XAF") == Balance("mer_rb", "XAF")
-        assert tx.list_entries("mer_rb", "XAF") == []
-        assert tx.get_webhook("mer_rb") is None
-        assert tx.get_event("evt_rb") is None
-        assert tx.due_events(NOW, 10) == []
-        assert tx.get_idempotency("mer_rb", "key-rb") is None
+        assert tx.settings.get() == Settings()
+        assert tx.merchants.get("mer_rb") is None
+        assert tx.merchants.list() == []
+        assert tx.keys.get("key_rb") is None
+        assert tx.keys.by_hash("hash-rb") is None
+        assert tx.limits.get("mer_rb", "XAF") is None
+        assert tx.collections.get("REQ-RB") is None
+        assert tx.collections.due(NOW, 10) == []
+        assert tx.payouts.get("PO-RB") is None
+        assert tx.payouts.due(NOW, 10) == []
+        assert tx.payouts.spent("mer_rb", "XAF", 0) == 0
+        assert tx.ledger.balances("mer_rb") == []
+        assert tx.ledger.balance("mer_rb", "XAF") == Balance("mer_rb", "XAF")
+        assert tx.ledger.entries("mer_rb", "XAF") == []
+        assert tx.webhooks.get("mer_rb") is None
+        assert tx.outbox.get("evt_rb") is None
+        assert tx.outbox.due(NOW, 10) == []
+        assert tx.idempotency.get("mer_rb", "key-rb") is None
     # the store is still usable after the rollback
     with store.transaction() as tx:
-        tx.put_merchant(merchant("mer_after"))
+        tx.merchants.put(merchant("mer_after"))
     with store.read() as tx:
-        assert [m.id for m in tx.list_merchants()] == ["mer_after"]
+        assert [m.id for m in tx.merchants.list()] == ["mer_after"]
 
 
 def test_rollback_restores_updated_rows(store: Store) -> None:
@@ -855,36 +870,36 @@ def test_rollback_restores_updated_rows(store: Store) -> None:
     first_event = event("evt_1")
     first_balance = Balance("mer_1", "XAF", available=7, credited=7)
     with store.transaction() as tx:
-        tx.insert_payout(first_payout)
-        tx.insert_event(first_event)
-        tx.put_balance(first_balance)
-        tx.put_idempotency(idem("key-1"))
+        tx.payouts.add(first_payout)
+        tx.outbox.add(first_event)
+        tx.ledger.put_balance(first_balance)
+        tx.idempotency.put(idem("key-1"))
     with pytest.raises(Boom), store.transaction() as tx:
-        tx.update_payout(attrs.evolve(first_payout, status=PayoutStatus.SENT))
-        tx.update_event(attrs.evolve(first_event, status=DeliveryStatus.DELIVERED))
-        tx.put_balance(attrs.evolve(first_balance, available=0, reserved=7))
-        tx.delete_idempotency("mer_1", "key-1")
-        assert tx.purge_idempotency(NOW + 1) == 0
+        tx.payouts.update(attrs.evolve(first_payout, status=PayoutStatus.SENT))
+        tx.outbox.update(attrs.evolve(first_event, status=DeliveryStatus.DELIVERED))
+        tx.ledger.put_balance(attrs.evolve(first_balance, available=0, reserved=7))
+        tx.idempotency.delete("mer_1", "key-1")
+        assert tx.idempotency.purge(NOW + 1) == 0
         raise Boom
     with store.read() as tx:
-        assert tx.get_payout("PO-1") == first_payout
-        assert tx.get_event("evt_1") == first_event
-        assert tx.get_balance("mer_1", "XAF") == first_balance
-        assert tx.get_idempotency("mer_1", "key-1") == idem("key-1")
+        assert tx.payouts.get("PO-1") == first_payout
+        assert tx.outbox.get("evt_1") == first_event
+        assert tx.ledger.balance("mer_1", "XAF") == first_balance
+        assert tx.idempotency.get("mer_1", "key-1") == idem("key-1")
 
 
 def test_read_sees_committed_data_in_this_and_another_thread(store: Store) -> None:
     with store.transaction() as tx:
-        tx.put_merchant(merchant("mer_1"))
-        tx.put_balance(Balance("mer_1", "XAF", available=3, credited=3))
+        tx.merchants.put(merchant("mer_1"))
+        tx.ledger.put_balance(Balance("mer_1", "XAF", available=3, credited=3))
     with store.read() as tx:
-        assert tx.get_merchant("mer_1") == merchant("mer_1")
+        assert tx.merchants.get("mer_1") == merchant("mer_1")
     seen: list[object] = []
 
     def reader() -> None:
         with store.read() as tx:
-            seen.append(tx.get_merchant("mer_1"))
-            seen.append(tx.get_balance("mer_1", "XAF"))
+            seen.append(tx.merchants.get("mer_1"))
+            seen.append(tx.ledger.balance("mer_1", "XAF"))
 
     thread = threading.Thread(target=reader)
     thread.start()
@@ -894,9 +909,9 @@ def test_read_sees_committed_data_in_this_and_another_thread(store: Store) -> No
 
 def test_a_write_through_a_read_view_never_persists(store: Store) -> None:
     with contextlib.suppress(RuntimeError), store.read() as tx:
-        tx.put_merchant(merchant("mer_ro"))
+        tx.merchants.put(merchant("mer_ro"))
     with store.read() as tx:
-        assert tx.get_merchant("mer_ro") is None
+        assert tx.merchants.get("mer_ro") is None
 
 
 # --- the adapters agree where the port leaves the choice open ---------------------------------------
@@ -909,11 +924,227 @@ def test_both_adapters_list_merchants_created_in_one_millisecond_alike(tmp_path:
         for each in stores:
             with each.transaction() as tx:
                 for merchant_id in ("mer_b", "mer_c", "mer_a"):
-                    tx.put_merchant(merchant(merchant_id, created_at=NOW))
+                    tx.merchants.put(merchant(merchant_id, created_at=NOW))
             with each.read() as tx:
-                listed.append([m.id for m in tx.list_merchants()])
+                listed.append([m.id for m in tx.merchants.list()])
         assert sorted(listed[0]) == sorted(listed[1]) == ["mer_a", "mer_b", "mer_c"]
         assert listed[0] == listed[1]
     finally:
         for each in stores:
             each.close()
+
+
+# --- "counts as spent" and "is due" are defined once, in paymentcore._queries -----------------------
+
+HOUR = 3_600_000
+# the text of every schema migration as existing SQLite files ran it: a migration never changes
+MIGRATION_SHA256 = (
+    "ae7418912ed9b03b35c323c38f6b1867cbf129c1950f194d02d429889ab9b783",
+    "3774d8f165d94746f9325bd937acf71c17d9cde18b4705b505557adae75da641",
+)
+
+PAYOUT_ROWS = st.lists(
+    st.tuples(
+        st.sampled_from(list(PayoutStatus)),
+        st.integers(-3 * HOUR, 3 * HOUR),  # created_at, across hour boundaries (NOW starts an hour)
+        st.integers(1, 10_000),  # amount
+        st.sampled_from(["mer_a", "mer_b"]),
+        st.sampled_from(["XAF", "XOF"]),
+        st.booleans(),  # awaiting_review
+        st.none() | st.integers(-1_000, 1_000),  # next_check_at
+        st.none() | st.sampled_from(list(PayoutStatus)),  # a later status, when the move is allowed
+    ),
+    max_size=12,
+)
+COLLECTION_ROWS = st.lists(
+    st.tuples(
+        st.sampled_from(list(CollectionStatus)),
+        st.none() | st.integers(-1_000, 1_000),  # next_check_at
+        st.integers(-1_000, 1_000),  # expires_at
+        st.none() | st.integers(-1_000, 1_000),  # submitted_at
+    ),
+    max_size=12,
+)
+EVENT_ROWS = st.lists(
+    st.tuples(
+        st.sampled_from(list(DeliveryStatus)),
+        st.integers(-1_000, 1_000),  # created_at
+        st.integers(-1_000, 1_000),  # next_attempt_at
+    ),
+    max_size=12,
+)
+
+
+def test_spent_and_due_select_what_the_one_definition_selects(store: Store) -> None:
+    """On random records, ``payouts.spent`` and every ``due`` agree with the predicates of _queries.
+
+    MemoryStore filters with those predicates and SqliteStore runs SQL generated from the same status
+    sets (the spend-bucket triggers included: payouts are inserted, then moved along allowed
+    transitions), so both adapters answering like the predicates means the two agree.
+    """
+    runs = itertools.count()
+    # every record written so far: the store keeps the earlier examples' rows, so `due` sees them too
+    payouts: dict[str, Payout] = {}
+    collections: dict[str, Collection] = {}
+    events: dict[str, Event] = {}
+
+    @hypothesis.settings(max_examples=40, deadline=None)
+    @hypothesis.given(
+        payout_rows=PAYOUT_ROWS,
+        collection_rows=COLLECTION_ROWS,
+        event_rows=EVENT_ROWS,
+        now=st.integers(-1_000, 1_000),
+        since=st.integers(-4 * HOUR, 4 * HOUR),
+        limit=st.integers(1, 30),
+    )
+    def check(
+        payout_rows: list[tuple[PayoutStatus, int, int, str, str, bool, int | None, PayoutStatus | None]],
+        collection_rows: list[tuple[CollectionStatus, int | None, int, int | None]],
+        event_rows: list[tuple[DeliveryStatus, int, int]],
+        now: int,
+        since: int,
+        limit: int,
+    ) -> None:
+        run = next(runs)
+        created = [
+            payout(
+                f"PO-{run}-{i}",
+                status=status,
+                created_at=NOW + at,
+                amount=amount,
+                merchant_id=f"{merchant_id}-{run}",
+                currency=currency,
+                awaiting_review=held,
+                next_check_at=None if check_at is None else NOW + check_at,
+            )
+            for i, (status, at, amount, merchant_id, currency, held, check_at, _) in enumerate(payout_rows)
+        ]
+        new_collections = [
+            collection(
+                f"REQ-{run}-{i}",
+                status=status,
+                next_check_at=None if check_at is None else NOW + check_at,
+                expires_at=NOW + expires,
+                submitted_at=None if submitted is None else NOW + submitted,
+            )
+            for i, (status, check_at, expires, submitted) in enumerate(collection_rows)
+        ]
+        new_events = [
+            event(f"evt_{run}_{i}", status=status, created_at=NOW + at, next_attempt_at=NOW + attempt_at)
+            for i, (status, at, attempt_at) in enumerate(event_rows)
+        ]
+        with store.transaction() as tx:
+            for p in created:
+                tx.payouts.add(p)
+            for c in new_collections:
+                tx.collections.add(c)
+            for e in new_events:
+                tx.outbox.add(e)
+        moved = [
+            attrs.evolve(p, status=later)
+            if later is not None and (p.status, later) in PAYOUT_TRANSITIONS
+            else p
+            for p, (*_, later) in zip(created, payout_rows, strict=True)
+        ]
+        with store.transaction() as tx:
+            for before, after in zip(created, moved, strict=True):
+                if after is not before:
+                    tx.payouts.update(after)
+        payouts.update((p.reference, p) for p in moved)
+        collections.update((c.reference, c) for c in new_collections)
+        events.update((e.id, e) for e in new_events)
+
+        at = NOW + now
+        with store.read() as tx:
+            for merchant_id in (f"mer_a-{run}", f"mer_b-{run}"):
+                for currency in ("XAF", "XOF"):
+                    for start in (NOW + since, 0):
+                        expected = sum(
+                            p.amount
+                            for p in moved
+                            if p.merchant_id == merchant_id
+                            and p.currency == currency
+                            and p.created_at >= start
+                            and counts_as_spent(p)
+                        )
+                        assert tx.payouts.spent(merchant_id, currency, start) == expected
+            due_payouts = sorted((p for p in payouts.values() if payout_is_due(p, at)), key=payout_due_order)
+            assert tx.payouts.due(at, limit) == due_payouts[:limit]
+            due_collections = sorted(
+                (c for c in collections.values() if collection_is_due(c, at)), key=collection_due_order
+            )
+            assert tx.collections.due(at, limit) == due_collections[:limit]
+            # oldest first; within one millisecond, in the order written (`events` keeps that order)
+            due_events = sorted(
+                (e for e in events.values() if event_is_due(e, at)), key=lambda e: e.created_at
+            )
+            assert tx.outbox.due(at, limit) == due_events[:limit]
+
+    check()
+
+
+def test_no_allowed_transition_makes_a_payout_count_again() -> None:
+    """The spend-bucket triggers take a payout back when it stops counting and never add it again."""
+    assert frozenset(PayoutStatus) == SPENT_STATUSES | UNSPENT_STATUSES
+    assert not SPENT_STATUSES & UNSPENT_STATUSES
+    back = [(a, b) for a, b in PAYOUT_TRANSITIONS if a in UNSPENT_STATUSES and b in SPENT_STATUSES]
+    assert back == [], "the spend-bucket triggers need a migration adding a payout that counts again"
+
+
+def test_the_generated_migrations_are_the_ones_existing_files_ran() -> None:
+    """Migration 2 is generated from SPENT_STATUSES; its text must stay what existing files ran.
+
+    Changing which payouts count as spent changes the generated triggers here, and this test says so:
+    leave migration 2 as it was and add a migration that recreates the triggers and rebuilds
+    payout_spend, so files already at version 2 change too.
+    """
+    assert "WHEN new.status != 'REJECTED'" in MIGRATIONS[1]
+    assert "WHEN old.status != 'REJECTED' AND new.status = 'REJECTED'" in MIGRATIONS[1]
+    digests = tuple(hashlib.sha256(script.encode()).hexdigest() for script in MIGRATIONS)
+    assert digests[: len(MIGRATION_SHA256)] == MIGRATION_SHA256
+
+
+def test_a_file_made_before_the_repositories_opens_and_counts_alike(tmp_path: Path) -> None:
+    """A file migrated by the literal SQL of migrations 1 and 2 (as written before they were generated)."""
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.executescript(MIGRATIONS[0])
+        conn.executescript(
+            """
+            CREATE TABLE payout_spend (
+                merchant_id TEXT NOT NULL, currency TEXT NOT NULL, hour INTEGER NOT NULL,
+                amount INTEGER NOT NULL CHECK (amount >= 0), PRIMARY KEY (merchant_id, currency, hour)
+            );
+            CREATE TRIGGER payout_spend_insert AFTER INSERT ON payouts WHEN new.status != 'REJECTED'
+            BEGIN
+                INSERT INTO payout_spend (merchant_id, currency, hour, amount)
+                    VALUES (new.merchant_id, new.currency, new.created_at / 3600000, new.amount)
+                    ON CONFLICT (merchant_id, currency, hour) DO UPDATE SET amount = amount + excluded.amount;
+            END;
+            CREATE TRIGGER payout_spend_rejected AFTER UPDATE OF status ON payouts
+                WHEN old.status != 'REJECTED' AND new.status = 'REJECTED'
+            BEGIN
+                UPDATE payout_spend SET amount = amount - old.amount
+                    WHERE merchant_id = old.merchant_id AND currency = old.currency
+                    AND hour = old.created_at / 3600000;
+            END;
+            PRAGMA user_version = 2;
+            """
+        )
+    finally:
+        conn.close()
+    store = SqliteStore(path)
+    try:
+        assert store.schema_version() == len(MIGRATIONS)
+        with store.transaction() as tx:
+            tx.payouts.add(payout("PO-1", amount=10, created_at=NOW - 2 * HOUR))
+            tx.payouts.add(payout("PO-2", amount=20, created_at=NOW - HOUR, status=PayoutStatus.SENT))
+            tx.payouts.add(payout("PO-3", amount=40, created_at=NOW - 1))
+        with store.transaction() as tx:
+            tx.payouts.update(payout("PO-3", amount=40, created_at=NOW - 1, status=PayoutStatus.REJECTED))
+        with store.read() as tx:
+            assert tx.payouts.spent("mer_1", "XAF", NOW - 3 * HOUR) == 30
+            assert tx.payouts.spent("mer_1", "XAF", NOW - HOUR - 1) == 20
+    finally:
+        store.close()

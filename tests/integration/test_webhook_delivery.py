@@ -23,6 +23,7 @@ from paymentcore import (
     Config,
     FakeClock,
     PaymentCore,
+    PayoutStatus,
     SandboxNetwork,
     WebhookVerificationError,
     verify_webhook,
@@ -148,26 +149,48 @@ class Shop:
     receiver: Receiver
     merchant_id: str
 
-    def register(self, body: dict[str, Any] | None = None, *, legacy: bool = False) -> str:
-        reply = self.core.webhooks.register(
-            self.merchant_id, body if body is not None else {"url": self.receiver.url()}, legacy=legacy
+    def register(self, url: str | None = None, *, events: str | None = None, legacy: bool = False) -> str:
+        """Register the receiver (at ``url``, by default its /hooks); the new signing secret."""
+        registration = self.core.webhooks.register(
+            self.merchant_id,
+            url=url if url is not None else self.receiver.url(),
+            events=events,
+            legacy=legacy,
         )
-        assert reply.status == 200
-        secret: str = reply.body["signingSecret"]
-        return secret
+        assert registration.is_active
+        return registration.signing_secret
 
-    def charge(self, phone: str, amount: int = 5000, **extra: Any) -> str:
-        body = {"amount": amount, "currency": "XAF", "country": "CM", "provider": "mtn_cm", "phone": phone}
-        reply = self.core.collect.charge(self.merchant_id, {**body, **extra})
-        reference: str = reply.body["reference"]
-        return reference
+    def charge(self, phone: str, amount: int = 5000, *, merchant_reference: str | None = None) -> str:
+        return self.core.collect.charge(
+            self.merchant_id,
+            amount=amount,
+            currency="XAF",
+            country="CM",
+            provider="mtn_cm",
+            phone=phone,
+            merchant_reference=merchant_reference,
+        ).reference
 
-    def payout(self, phone: str, key: str, amount: int = 5000, **extra: Any) -> str:
-        body = {"amount": amount, "currency": "XAF", "phone": phone, **extra}
-        reply = self.core.disburse.create(self.merchant_id, body, idempotency_key=key)
-        assert reply.status == 201, reply.body
-        reference: str = reply.body["reference"]
-        return reference
+    def payout(
+        self,
+        phone: str,
+        key: str,
+        amount: int = 5000,
+        *,
+        recipient_name: str | None = None,
+        merchant_reference: str | None = None,
+    ) -> str:
+        payout = self.core.disburse.create(
+            self.merchant_id,
+            amount=amount,
+            currency="XAF",
+            phone=phone,
+            idempotency_key=key,
+            recipient_name=recipient_name,
+            merchant_reference=merchant_reference,
+        )
+        assert payout.status is PayoutStatus.PENDING, payout
+        return payout.reference
 
     def run(self) -> None:
         self.core.run_until_idle()
@@ -240,7 +263,7 @@ def assert_payout_event(item: Received, secret: str, name: str, status: str) -> 
 def test_collect_succeeded_is_flat_signed_and_carries_exact_numbers(shop: Shop) -> None:
     shop.core.operator.set_collect_fee(shop.merchant_id, 2)
     secret = shop.register()
-    reference = shop.charge(PAYING, merchantReference="order-1")
+    reference = shop.charge(PAYING, merchant_reference="order-1")
     shop.run()
 
     item = one(shop, "collect.succeeded")
@@ -264,7 +287,7 @@ def test_collect_succeeded_is_flat_signed_and_carries_exact_numbers(shop: Shop) 
     assert '"settledAmount":4900' in text
     assert '"requestedAmount":5000' in text
     # the net amount is what GET /v1/collect/{reference} answers
-    assert shop.core.collect.get(shop.merchant_id, reference)["amount"] == body["settledAmount"]
+    assert shop.core.collect.get(shop.merchant_id, reference).amount == body["settledAmount"]
 
 
 def test_collect_failed_is_delivered_with_its_reason(shop: Shop) -> None:
@@ -307,7 +330,7 @@ def test_a_tampered_body_or_wrong_secret_does_not_verify(shop: Shop) -> None:
 
 def test_payout_sends_disburse_sent_then_disburse_succeeded(shop: Shop) -> None:
     secret = shop.register()
-    reference = shop.payout(PAYING, "po-1", recipientName="Ada Lovelace", merchantReference="pay-1")
+    reference = shop.payout(PAYING, "po-1", recipient_name="Ada Lovelace", merchant_reference="pay-1")
     shop.run()
 
     assert sorted(shop.receiver.names()) == ["disburse.sent", "disburse.succeeded"]
@@ -369,8 +392,8 @@ def produce_all_five(shop: Shop, tag: str) -> None:
 
 
 def test_legacy_endpoint_receives_the_legacy_names_with_the_same_bodies(shop: Shop) -> None:
-    secret = shop.register({"url": shop.receiver.url("/legacy")}, legacy=True)
-    assert shop.core.webhooks.get(shop.merchant_id)["events"] == "legacy"
+    secret = shop.register(shop.receiver.url("/legacy"), legacy=True)
+    assert shop.core.webhooks.get(shop.merchant_id).events == "legacy"
     produce_all_five(shop, "legacy")
 
     assert sorted(shop.receiver.names()) == sorted(LEGACY.values())
@@ -393,7 +416,7 @@ def test_legacy_endpoint_receives_the_legacy_names_with_the_same_bodies(shop: Sh
 
 
 def test_events_legacy_in_the_body_also_selects_legacy_names(shop: Shop) -> None:
-    secret = shop.register({"url": shop.receiver.url(), "events": "legacy"})
+    secret = shop.register(events="legacy")
     shop.charge(PAYING)
     shop.run()
     assert shop.receiver.names() == ["payment.succeeded"]
@@ -401,7 +424,7 @@ def test_events_legacy_in_the_body_also_selects_legacy_names(shop: Shop) -> None
 
 
 def test_reregistering_with_v2_switches_names_and_secret_at_once(shop: Shop) -> None:
-    old_secret = shop.register({"url": shop.receiver.url()}, legacy=True)
+    old_secret = shop.register(legacy=True)
     shop.charge(PAYING)
     shop.run()
     assert shop.receiver.names() == ["payment.succeeded"]
@@ -411,9 +434,9 @@ def test_reregistering_with_v2_switches_names_and_secret_at_once(shop: Shop) -> 
     shop.charge(PAYING)
     shop.core.collect.process_due()
     assert len(shop.receiver.received) == 1
-    new_secret = shop.register({"url": shop.receiver.url(), "events": "v2"})
+    new_secret = shop.register(events="v2")
     assert new_secret != old_secret
-    assert shop.core.webhooks.get(shop.merchant_id)["events"] == "v2"
+    assert shop.core.webhooks.get(shop.merchant_id).events == "v2"
     shop.run()
     produce_all_five(shop, "v2")
 
@@ -443,10 +466,11 @@ def test_a_non_2xx_answer_is_retried_with_the_same_event_id(receiver: Receiver) 
     )
     try:
         merchant = core.operator.create_merchant("Retry Shop")
-        secret = core.webhooks.register(merchant.id, {"url": receiver.url()}).body["signingSecret"]
+        secret = core.webhooks.register(merchant.id, url=receiver.url()).signing_secret
         receiver.status = 500
-        body = {"amount": 1000, "currency": "XAF", "country": "CM", "provider": "mtn_cm", "phone": PAYING}
-        core.collect.charge(merchant.id, body)
+        core.collect.charge(
+            merchant.id, amount=1000, currency="XAF", country="CM", provider="mtn_cm", phone=PAYING
+        )
         core.run_until_idle()
         assert receiver.names() == ["collect.succeeded"]
 

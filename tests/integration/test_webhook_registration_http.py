@@ -210,7 +210,7 @@ def test_without_a_key_nothing_is_registered_or_shown(api: Api) -> None:
     assert_error(response, 401, "UNAUTHORIZED", None)
     assert_error(api.http.get("/v1/webhook"), 401, "UNAUTHORIZED", None)
     with api.core.store.read() as tx:
-        assert tx.get_webhook(api.merchant_id) is None
+        assert tx.webhooks.get(api.merchant_id) is None
 
 
 def test_each_merchant_sees_only_its_own_endpoint(api: Api) -> None:
@@ -275,7 +275,7 @@ def test_the_secret_is_stored_encrypted(api: Api) -> None:
     secret = api.register()
     random_part = secret.removeprefix("whsec_")
     with api.core.store.read() as tx:
-        endpoint = tx.get_webhook(api.merchant_id)
+        endpoint = tx.webhooks.get(api.merchant_id)
     assert endpoint is not None
     assert secret not in endpoint.secret_encrypted
     assert random_part not in endpoint.secret_encrypted

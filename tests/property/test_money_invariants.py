@@ -50,7 +50,7 @@ class MoneyMachine(RuleBasedStateMachine):
             self.core = PaymentCore.memory(**kwargs)
         self.collections: list[str] = []
         self.payouts: list[str] = []
-        self.keys: dict[str, dict[str, Any]] = {}
+        self.keys: dict[str, tuple[int, str]] = {}  # idempotency key -> (amount, phone) it was used with
         self.counter = 0
 
     @initialize()
@@ -71,13 +71,20 @@ class MoneyMachine(RuleBasedStateMachine):
     @rule(amount=st.integers(100, 50_000), phone=st.sampled_from(PHONES[:3]))
     def charge(self, amount: int, phone: str) -> None:
         provider = "orange_cm" if phone.startswith("69") else "mtn_cm"
-        body = {"amount": amount, "currency": "XAF", "country": "CM", "provider": provider, "phone": phone}
         try:
-            reply = self.core.collect.charge(self.merchant_id, body, idempotency_key=f"c{self._next()}")
+            collection = self.core.collect.charge(
+                self.merchant_id,
+                amount=amount,
+                currency="XAF",
+                country="CM",
+                provider=provider,
+                phone=phone,
+                idempotency_key=f"c{self._next()}",
+            )
         except PaymentError as error:
             assert error.code == "RECIPIENT_BUSY"
             return
-        self.collections.append(reply.body["reference"])
+        self.collections.append(collection.reference)
         self.core.tick()
 
     @precondition(lambda self: bool(self.collections))
@@ -97,19 +104,21 @@ class MoneyMachine(RuleBasedStateMachine):
         key = f"p{self._next()}"
         if replay and self.keys:
             key = next(iter(self.keys))
-        body = {"amount": amount, "currency": "XAF", "phone": phone}
+        asked = (amount, phone)
         try:
-            reply = self.core.disburse.create(self.merchant_id, body, idempotency_key=key)
+            payout = self.core.disburse.create(
+                self.merchant_id, amount=amount, currency="XAF", phone=phone, idempotency_key=key
+            )
         except PaymentError as error:
             assert error.code in {"INSUFFICIENT_BALANCE", "PAYOUT_LIMIT_EXCEEDED", "IDEMPOTENCY_KEY_REUSED"}
             if error.code == "IDEMPOTENCY_KEY_REUSED":
-                assert replay and self.keys[key] != body
+                assert replay and self.keys[key] != asked
             return
-        reference = reply.body["reference"]
+        reference = payout.reference
         if key in self.keys:
-            assert self.keys[key] == body and reference in self.payouts  # a replay moves nothing
+            assert self.keys[key] == asked and reference in self.payouts  # a replay moves nothing
             return
-        self.keys[key] = body
+        self.keys[key] = asked
         self.payouts.append(reference)
         if phone.endswith("21"):
             self.network.refuse(reference)
@@ -166,7 +175,7 @@ class MoneyMachine(RuleBasedStateMachine):
         posted = 0
         with self.core.store.read() as tx:
             for reference in self.payouts:
-                payout = tx.get_payout(reference)
+                payout = tx.payouts.get(reference)
                 assert payout is not None
                 if payout.resolution is None:
                     assert payout.status is not PayoutStatus.REJECTED
@@ -175,7 +184,7 @@ class MoneyMachine(RuleBasedStateMachine):
                 elif payout.resolution is Resolution.POSTED:
                     assert payout.status is PayoutStatus.PAID
                     posted += payout.amount
-            entries = tx.list_entries(self.merchant_id, "XAF")
+            entries = tx.ledger.entries(self.merchant_id, "XAF")
         assert balance.reserved == open_sum
         assert balance.paid_out == posted
         resolutions = [e.reference for e in entries if e.kind in ("post", "release")]

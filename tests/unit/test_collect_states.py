@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from paymentcore import Config, FakeClock, PaymentCore
+from paymentcore import Collection, CollectionStatus, Config, FakeClock, PaymentCore
 from paymentcore.adapters.sandbox import SandboxNetwork
 from paymentcore.errors import InvalidRequestError, InvalidTransitionError, RecipientBusyError
-from paymentcore.models import COLLECTION_TRANSITIONS, CollectionStatus, check_transition
+from paymentcore.models import COLLECTION_TRANSITIONS, check_transition
 from paymentcore.testing import TestKit
 
-CHARGE = {"amount": 1000, "currency": "XAF", "country": "CM", "provider": "mtn_cm", "phone": "670000000"}
+
+def charge(core: PaymentCore, merchant_id: str, phone: str = "670000000") -> Collection:
+    """A direct charge of 1000 XAF to an MTN Cameroon number."""
+    return core.collect.charge(
+        merchant_id, amount=1000, currency="XAF", country="CM", provider="mtn_cm", phone=phone
+    )
 
 
 @pytest.fixture
@@ -22,22 +27,22 @@ def test_unpaid_checkout_expires_with_category_expired(core: PaymentCore) -> Non
     clock = core.clock
     assert isinstance(clock, FakeClock)
     merchant = core.operator.create_merchant("Shop")
-    record = core.collect.checkout(
-        merchant.id, {"amount": 1000, "currency": "XAF", "expiresInMinutes": 5}
-    ).body
+    reference = core.collect.checkout(
+        merchant.id, amount=1000, currency="XAF", expires_in_minutes=5
+    ).reference
     clock.advance(minutes=4, seconds=59)
     core.run_until_idle()
-    assert core.collect.get(merchant.id, record["reference"])["status"] == "PENDING"
+    assert core.collect.get(merchant.id, reference).status is CollectionStatus.PENDING
     clock.advance(seconds=1)
-    fresh = core.collect.get(merchant.id, record["reference"])
-    assert fresh["checkoutUrl"] is None  # not payable any more, even before the worker ran
+    fresh = core.collect.get(merchant.id, reference)
+    assert fresh.checkout_url is None  # not payable any more, even before the worker ran
     with pytest.raises(InvalidRequestError):
-        core.collect.pay(record["reference"], "mtn_cm", "670000000")
+        core.collect.pay(reference, "mtn_cm", "670000000")
     core.run_until_idle()
-    final = core.collect.get(merchant.id, record["reference"])
-    assert final["status"] == "FAILED" and final["failureCategory"] == "EXPIRED"
+    final = core.collect.get(merchant.id, reference)
+    assert final.status is CollectionStatus.FAILED and final.failure_category == "EXPIRED"
     with core.store.read() as tx:
-        assert [e.type for e in tx.list_events(merchant.id)] == ["collect.failed"]
+        assert [e.type for e in tx.outbox.list(merchant.id)] == ["collect.failed"]
 
 
 def test_a_checkout_being_paid_is_not_expired(core: PaymentCore) -> None:
@@ -45,14 +50,14 @@ def test_a_checkout_being_paid_is_not_expired(core: PaymentCore) -> None:
     assert isinstance(clock, FakeClock)
     merchant = core.operator.create_merchant("Shop")
     reference = core.collect.checkout(
-        merchant.id, {"amount": 1000, "currency": "XAF", "expiresInMinutes": 1}
-    ).body["reference"]
+        merchant.id, amount=1000, currency="XAF", expires_in_minutes=1
+    ).reference
     core.collect.pay(reference, "mtn_cm", "670000000")
     core.run_until_idle()
-    assert core.collect.get(merchant.id, reference)["status"] == "PROCESSING"
+    assert core.collect.get(merchant.id, reference).status is CollectionStatus.PROCESSING
     clock.advance(seconds=61)
     core.run_until_idle()
-    assert core.collect.get(merchant.id, reference)["status"] == "SUCCESS"
+    assert core.collect.get(merchant.id, reference).status is CollectionStatus.SUCCESS
 
 
 def test_prompt_window(core: PaymentCore) -> None:
@@ -60,36 +65,36 @@ def test_prompt_window(core: PaymentCore) -> None:
     assert isinstance(clock, FakeClock)
     merchant = core.operator.create_merchant("Shop")
     for _ in range(core.config.prompt_limit):
-        core.collect.charge(merchant.id, CHARGE)
+        charge(core, merchant.id)
     with pytest.raises(RecipientBusyError):
-        core.collect.charge(merchant.id, CHARGE)
-    core.collect.charge(merchant.id, {**CHARGE, "phone": "670000001"})  # another number is fine
+        charge(core, merchant.id)
+    charge(core, merchant.id, phone="670000001")  # another number is fine
     clock.advance(seconds=core.config.prompt_window_seconds - 1)
     with pytest.raises(RecipientBusyError):
-        core.collect.charge(merchant.id, CHARGE)
+        charge(core, merchant.id)
     clock.advance(seconds=1)
-    core.collect.charge(merchant.id, CHARGE)
+    charge(core, merchant.id)
 
 
 def test_configurable_prompt_window() -> None:
     core = PaymentCore.memory(clock=FakeClock(), config=Config(prompt_limit=1, prompt_window_seconds=10))
     merchant = core.operator.create_merchant("Shop")
-    core.collect.charge(merchant.id, CHARGE)
+    charge(core, merchant.id)
     with pytest.raises(RecipientBusyError):
-        core.collect.charge(merchant.id, CHARGE)
+        charge(core, merchant.id)
 
 
 def test_states_move_through_processing(core: PaymentCore) -> None:
     clock = core.clock
     assert isinstance(clock, FakeClock)
     merchant = core.operator.create_merchant("Shop")
-    reference = core.collect.charge(merchant.id, CHARGE).body["reference"]
-    assert core.collect.get(merchant.id, reference)["status"] == "PENDING"
+    reference = charge(core, merchant.id).reference
+    assert core.collect.get(merchant.id, reference).status is CollectionStatus.PENDING
     core.tick()
-    assert core.collect.get(merchant.id, reference)["status"] == "PROCESSING"
+    assert core.collect.get(merchant.id, reference).status is CollectionStatus.PROCESSING
     clock.advance(seconds=2)
     core.tick()
-    assert core.collect.get(merchant.id, reference)["status"] == "SUCCESS"
+    assert core.collect.get(merchant.id, reference).status is CollectionStatus.SUCCESS
     network = core.network
     assert isinstance(network, SandboxNetwork)
     assert network.prompts[reference] == 1
@@ -98,12 +103,12 @@ def test_states_move_through_processing(core: PaymentCore) -> None:
 def test_an_unanswered_prompt_times_out() -> None:
     kit = TestKit.create()
     merchant = kit.merchant()
-    reference = kit.core.collect.charge(merchant.id, CHARGE).body["reference"]
+    reference = charge(kit.core, merchant.id).reference
     kit.settle()
-    assert kit.core.collect.get(merchant.id, reference)["status"] == "PROCESSING"
+    assert kit.core.collect.get(merchant.id, reference).status is CollectionStatus.PROCESSING
     kit.advance(seconds=kit.core.config.prompt_timeout_seconds)
-    record = kit.core.collect.get(merchant.id, reference)
-    assert record["status"] == "FAILED" and record["failureCategory"] == "TIMEOUT"
+    collection = kit.core.collect.get(merchant.id, reference)
+    assert collection.status is CollectionStatus.FAILED and collection.failure_category == "TIMEOUT"
 
 
 def test_transition_table_refuses_the_rest() -> None:
@@ -121,7 +126,7 @@ def test_transition_table_refuses_the_rest() -> None:
 def test_two_workers_settle_once() -> None:
     kit = TestKit.create()
     merchant = kit.merchant()
-    reference = kit.core.collect.charge(merchant.id, CHARGE).body["reference"]
+    reference = charge(kit.core, merchant.id).reference
     kit.settle()
     kit.network.complete(reference)
     kit.core.collect.advance(reference)

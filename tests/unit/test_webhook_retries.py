@@ -14,7 +14,14 @@ from typing import Any
 import attrs
 import pytest
 
-from paymentcore import Config, FakeClock, PaymentCore, SandboxNetwork, WebhookVerificationError
+from paymentcore import (
+    Config,
+    FakeClock,
+    PaymentCore,
+    SandboxNetwork,
+    WebhookSettings,
+    WebhookVerificationError,
+)
 from paymentcore.models import DeliveryStatus, Event
 from paymentcore.ports import DeliveryResult, DeliveryTarget
 from paymentcore.signing import verify_webhook
@@ -50,16 +57,16 @@ class Kit:
         return self.sender.deliveries
 
     def register(self, url: str = URL) -> str:
-        secret: str = self.core.webhooks.register(self.merchant_id, {"url": url}).body["signingSecret"]
-        return secret
+        return self.core.webhooks.register(self.merchant_id, url=url).signing_secret
 
     def emit(self) -> None:
         """A charge that settles at the next tick, so one collect.succeeded event (a fresh phone number
         each time, so that the per-number prompt limit never interferes)."""
         self.phones += 1
         phone = f"67{self.phones:05d}00"
-        body = {"amount": 1000, "currency": "XAF", "country": "CM", "provider": "mtn_cm", "phone": phone}
-        self.core.collect.charge(self.merchant_id, body)
+        self.core.collect.charge(
+            self.merchant_id, amount=1000, currency="XAF", country="CM", provider="mtn_cm", phone=phone
+        )
 
     def emit_and_run(self) -> Event:
         """Emit one event, run the background work and return that event as it stands now."""
@@ -71,7 +78,7 @@ class Kit:
 
     def event(self, event_id: str) -> Event:
         with self.core.store.read() as tx:
-            event = tx.get_event(event_id)
+            event = tx.outbox.get(event_id)
         assert event is not None
         return event
 
@@ -91,9 +98,9 @@ class Kit:
 
     def events(self) -> list[Event]:
         with self.core.store.read() as tx:
-            return tx.list_events(self.merchant_id)
+            return tx.outbox.list(self.merchant_id)
 
-    def webhook(self) -> dict[str, Any]:
+    def webhook(self) -> WebhookSettings:
         return self.core.webhooks.get(self.merchant_id)
 
     def now_seconds(self) -> float:
@@ -271,12 +278,12 @@ def fail_events(kit: Kit, count: int) -> None:
 def test_ten_consecutive_failed_events_disable_the_endpoint(once: Kit) -> None:
     once.register()
     fail_events(once, 9)
-    assert once.webhook()["isActive"] is True
-    assert once.webhook()["disabledReason"] is None
+    assert once.webhook().is_active is True
+    assert once.webhook().disabled_reason is None
     fail_events(once, 1)
-    record = once.webhook()
-    assert record["isActive"] is False
-    assert isinstance(record["disabledReason"], str) and record["disabledReason"]
+    settings = once.webhook()
+    assert settings.is_active is False
+    assert isinstance(settings.disabled_reason, str) and settings.disabled_reason
     assert len(once.deliveries) == 10
 
     once.sender.status = 200
@@ -295,10 +302,10 @@ def test_a_success_between_failures_keeps_the_endpoint_active(once: Kit) -> None
     once.emit()
     once.run()
     fail_events(once, 9)
-    assert once.webhook()["isActive"] is True
+    assert once.webhook().is_active is True
     assert len(once.deliveries) == 19
     fail_events(once, 1)  # ten in a row now
-    assert once.webhook()["isActive"] is False
+    assert once.webhook().is_active is False
 
 
 def test_auto_disable_counts_failed_events_not_failed_attempts() -> None:
@@ -310,13 +317,13 @@ def test_auto_disable_counts_failed_events_not_failed_attempts() -> None:
             made.run()
             made.advance(5)
         assert len(made.deliveries) == 12
-        assert made.webhook()["isActive"] is True
+        assert made.webhook().is_active is True
         for _ in range(4):
             made.emit()
             made.run()
             made.advance(5)
         assert len(made.deliveries) == 20
-        assert made.webhook()["isActive"] is False
+        assert made.webhook().is_active is False
     finally:
         made.core.close()
 
@@ -324,15 +331,15 @@ def test_auto_disable_counts_failed_events_not_failed_attempts() -> None:
 def test_reactivation_restores_delivery_with_the_same_secret(once: Kit) -> None:
     secret = once.register()
     fail_events(once, 10)
-    assert once.webhook()["isActive"] is False
+    assert once.webhook().is_active is False
     while_disabled = once.emit_and_run()
     assert len(once.deliveries) == 10
 
     endpoint = once.core.webhooks.reactivate(once.merchant_id)
     assert endpoint.is_active
-    record = once.webhook()
-    assert record["isActive"] is True
-    assert record["disabledReason"] is None
+    settings = once.webhook()
+    assert settings.is_active is True
+    assert settings.disabled_reason is None
     assert once.core.webhooks.secret_of(once.merchant_id) == secret
 
     once.sender.status = 200
@@ -351,18 +358,18 @@ def test_reactivation_resets_the_count_of_consecutive_failures(once: Kit) -> Non
     fail_events(once, 10)
     once.core.webhooks.reactivate(once.merchant_id)
     fail_events(once, 9)
-    assert once.webhook()["isActive"] is True
+    assert once.webhook().is_active is True
     fail_events(once, 1)
-    assert once.webhook()["isActive"] is False
+    assert once.webhook().is_active is False
 
 
 def test_registering_again_clears_auto_disable_and_rotates_the_secret(once: Kit) -> None:
     old = once.register()
     fail_events(once, 10)
-    assert once.webhook()["isActive"] is False
+    assert once.webhook().is_active is False
     new = once.register()
     assert new != old
-    assert once.webhook()["isActive"] is True
+    assert once.webhook().is_active is True
     once.sender.status = 200
     once.emit()
     once.run()
@@ -395,7 +402,7 @@ def test_a_disabled_endpoint_receives_nothing_even_for_events_awaiting_a_retry()
         made.run()  # both events fail their first attempt
         assert len(made.deliveries) == 2
         made.advance(5)  # the first event's second failure disables; the other is not sent again
-        assert made.webhook()["isActive"] is False
+        assert made.webhook().is_active is False
         assert len(made.deliveries) == 3
         made.advance(86_400)
         assert len(made.deliveries) == 3
@@ -505,22 +512,17 @@ def test_a_name_that_now_resolves_privately_is_not_contacted() -> None:
     )
     try:
         merchant = core.operator.create_merchant("Rebinding Shop")
-        core.webhooks.register(merchant.id, {"url": URL})
+        core.webhooks.register(merchant.id, url=URL)
         answers.append(["10.0.0.5"])
-        body = {
-            "amount": 1000,
-            "currency": "XAF",
-            "country": "CM",
-            "provider": "mtn_cm",
-            "phone": "670000000",
-        }
-        core.collect.charge(merchant.id, body)
+        core.collect.charge(
+            merchant.id, amount=1000, currency="XAF", country="CM", provider="mtn_cm", phone="670000000"
+        )
         core.run_until_idle()
         clock.advance(5)
         core.run_until_idle()
         assert sender.deliveries == []
         with core.store.read() as tx:
-            [event] = tx.list_events(merchant.id)
+            [event] = tx.outbox.list(merchant.id)
         assert event.status is DeliveryStatus.FAILED
         assert event.attempts == 2
     finally:

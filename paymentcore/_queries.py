@@ -1,0 +1,90 @@
+"""Which records the storage queries select: "counts as spent" and "is due", each defined once.
+
+These are domain rules, not storage: MemoryStore filters with the predicates below, and SqliteStore
+generates its SQL (the ``due``/``spent`` queries and the spend-bucket triggers of schema migration 2)
+from the same status sets, so changing a definition here changes every engine. The storage contract
+tests check on random records that each adapter selects exactly what these predicates select.
+
+Nothing here imports a storage adapter.
+"""
+
+from __future__ import annotations
+
+from paymentcore.models import Collection, CollectionStatus, DeliveryStatus, Event, Payout, PayoutStatus
+
+# --- payouts ------------------------------------------------------------------------------------
+
+#: Payouts in these statuses count against the rolling per-day and per-week limits. A FAILED payout
+#: still counts (its money may yet turn out to have moved); only a REJECTED one never went anywhere.
+SPENT_STATUSES: frozenset[PayoutStatus] = frozenset(
+    {PayoutStatus.PENDING, PayoutStatus.SENT, PayoutStatus.PAID, PayoutStatus.FAILED}
+)
+#: Every other status: a payout that reaches one of these stops counting.
+UNSPENT_STATUSES: frozenset[PayoutStatus] = frozenset(PayoutStatus) - SPENT_STATUSES
+
+#: Due to be handed to the network once ``next_check_at`` has come, unless held for review.
+PAYOUT_SEND_STATUSES: frozenset[PayoutStatus] = frozenset({PayoutStatus.PENDING})
+#: Due for a status check once ``next_check_at`` has come (held for review or not).
+PAYOUT_CHECK_STATUSES: frozenset[PayoutStatus] = frozenset({PayoutStatus.SENT})
+
+
+def counts_as_spent(payout: Payout) -> bool:
+    """Does this payout count against its merchant's rolling limits (when created in the window)?"""
+    return payout.status in SPENT_STATUSES
+
+
+def payout_is_due(payout: Payout, now: int) -> bool:
+    """Has the worker something to do with this payout at ``now`` (send it, or check on it)?"""
+    if payout.next_check_at is None or payout.next_check_at > now:
+        return False
+    return (
+        payout.status in PAYOUT_SEND_STATUSES and not payout.awaiting_review
+    ) or payout.status in PAYOUT_CHECK_STATUSES
+
+
+def payout_due_order(payout: Payout) -> tuple[int, str]:
+    """The order ``payouts.due`` lists due payouts in: earliest ``next_check_at``, then reference."""
+    assert payout.next_check_at is not None
+    return (payout.next_check_at, payout.reference)
+
+
+# --- collections --------------------------------------------------------------------------------
+
+#: Open collections, due for a status check once ``next_check_at`` has come.
+COLLECTION_CHECK_STATUSES: frozenset[CollectionStatus] = frozenset(
+    {CollectionStatus.PENDING, CollectionStatus.PROCESSING}
+)
+#: Also due once ``expires_at`` has come while no prompt went out (an unpaid checkout that expired).
+COLLECTION_EXPIRY_STATUSES: frozenset[CollectionStatus] = frozenset({CollectionStatus.PENDING})
+
+
+def collection_is_due(collection: Collection, now: int) -> bool:
+    """Has the worker something to do with this collection at ``now`` (check it, or expire it)?"""
+    check = (
+        collection.status in COLLECTION_CHECK_STATUSES
+        and collection.next_check_at is not None
+        and collection.next_check_at <= now
+    )
+    expire = (
+        collection.status in COLLECTION_EXPIRY_STATUSES
+        and collection.submitted_at is None
+        and collection.expires_at <= now
+    )
+    return check or expire
+
+
+def collection_due_order(collection: Collection) -> tuple[int, str]:
+    """The order ``collections.due`` lists due collections in: the earlier of expiry and next check."""
+    next_check = collection.next_check_at if collection.next_check_at is not None else collection.expires_at
+    return (min(collection.expires_at, next_check), collection.reference)
+
+
+# --- the outbox ---------------------------------------------------------------------------------
+
+#: Events still to deliver, due once ``next_attempt_at`` has come.
+EVENT_DUE_STATUSES: frozenset[DeliveryStatus] = frozenset({DeliveryStatus.PENDING})
+
+
+def event_is_due(event: Event, now: int) -> bool:
+    """Is this event's next delivery attempt due at ``now``? (``outbox.due`` lists oldest first.)"""
+    return event.status in EVENT_DUE_STATUSES and event.next_attempt_at <= now

@@ -1,0 +1,207 @@
+"""The wire, both ways: request JSON to the library's arguments, the library's records to response JSON.
+
+camelCase names, the legacy aliases and shapes, and the ``param`` an error names are the server's
+business; the library only knows its own argument names (``merchant_reference``) and records.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from paymentcore import (
+    Collection,
+    CollectionKind,
+    InvalidRequestError,
+    MerchantBalance,
+    PaymentError,
+    Payout,
+    PayoutAllowance,
+    WebhookRegistration,
+    WebhookSettings,
+)
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+
+# what the library's messages say, and what the API has always said on the wire
+_HTTP_MESSAGES: Mapping[str, str] = {
+    "IDEMPOTENCY_KEY_REQUIRED": "Payouts need an Idempotency-Key header.",
+    "IDEMPOTENCY_KEY_TOO_LONG": "The Idempotency-Key header must be at most 200 characters.",
+    "IDEMPOTENCY_KEY_REUSED": "This Idempotency-Key was already used with a different request.",
+}
+
+
+def iso(moment: datetime) -> str:
+    """ISO 8601 UTC with milliseconds: 2026-01-01T00:00:00.000Z."""
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def require_object(body: object) -> Mapping[str, Any]:
+    if not isinstance(body, Mapping):
+        raise InvalidRequestError("The body must be a JSON object.")
+    return body
+
+
+def text_field(body: Mapping[str, Any], name: str, *, max_length: int) -> str | None:
+    """An optional string field checked at the wire (used for aliases the library does not know)."""
+    value = body.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidRequestError(f"{name} must be a string.", param=name)
+    if len(value) > max_length:
+        raise InvalidRequestError(f"{name} must be at most {max_length} characters.", param=name)
+    return value
+
+
+class Fields:
+    """The JSON body of one request, and the wire name behind each library argument it fed."""
+
+    def __init__(self, body: object) -> None:
+        self.body = require_object(body)
+        self.wire_names: dict[str, str] = {"idempotency_key": IDEMPOTENCY_HEADER}
+
+    def get(self, argument: str, wire: str | None = None) -> Any:
+        name = wire or camel(argument)
+        self.wire_names[argument] = name
+        return self.body.get(name)
+
+    def merchant_reference(self) -> Any:
+        """``merchantReference``, or its older alias ``reference`` (checked even when unused)."""
+        value = self.body.get("merchantReference")
+        if value is not None:
+            text_field(self.body, "reference", max_length=120)
+            self.wire_names["merchant_reference"] = "merchantReference"
+            return value
+        self.wire_names["merchant_reference"] = "reference"
+        return self.body.get("reference")
+
+    def translate(self, error: PaymentError) -> PaymentError:
+        """The library's error with the wire's names in ``param`` and in the message."""
+        return translate(error, self.wire_names)
+
+
+def translate(error: PaymentError, wire_names: Mapping[str, str]) -> PaymentError:
+    param = error.param
+    if param is None:
+        return error
+    wire = wire_names.get(param) or (camel(param) if "_" in param else param)
+    if wire != param:
+        error.message = re.sub(rf"\b{re.escape(param)}\b", wire, error.message)
+        error.param = wire
+        error.args = (error.message,)
+    http_message = _HTTP_MESSAGES.get(error.code)
+    if http_message is not None and param == "idempotency_key":
+        error.message = http_message
+        error.args = (error.message,)
+    return error
+
+
+# --- records to JSON ----------------------------------------------------------------------------
+
+
+def payout_json(payout: Payout) -> dict[str, Any]:
+    return {
+        "reference": payout.reference,
+        "status": payout.status.value,
+        "amount": payout.amount,
+        "currency": payout.currency,
+        "phone": payout.phone,
+        "recipientName": payout.recipient_name,
+        "merchantReference": payout.merchant_reference,
+        "providerReference": payout.provider_reference,
+        "awaitingReview": payout.awaiting_review,
+        "statusReason": payout.status_reason,
+        "createdAt": iso(payout.created_at),
+    }
+
+
+def collection_json(collection: Collection) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "reference": collection.reference,
+        "status": collection.status.value,
+        "amount": collection.amount,
+        "currency": collection.currency,
+        "requestedAmount": collection.requested_amount,
+        "requestedCurrency": collection.requested_currency,
+        "description": collection.description,
+        "merchantReference": collection.merchant_reference,
+        "checkoutUrl": collection.checkout_url,
+    }
+    if collection.kind is not CollectionKind.LEGACY:
+        record["method"] = collection.method
+        record["providerCode"] = collection.provider_code
+    record["expiresAt"] = iso(collection.expires_at)
+    record["createdAt"] = iso(collection.created_at)
+    record["failureCategory"] = collection.failure_category
+    return record
+
+
+def charge_json(collection: Collection) -> dict[str, Any]:
+    """The answer to a direct charge: what was asked, and the reference to follow."""
+    return {
+        "reference": collection.reference,
+        "status": collection.status.value,
+        "amount": collection.requested_amount,
+        "currency": collection.requested_currency,
+        "provider": collection.provider_code,
+        "merchantReference": collection.merchant_reference,
+        "createdAt": iso(collection.created_at),
+    }
+
+
+def webhook_registration_json(registration: WebhookRegistration) -> dict[str, Any]:
+    return {
+        "url": registration.url,
+        "signingSecret": registration.signing_secret,
+        "isActive": registration.is_active,
+        "updatedAt": iso(registration.updated_at),
+        "events": registration.events,
+    }
+
+
+def webhook_settings_json(settings: WebhookSettings) -> dict[str, Any]:
+    return {
+        "url": settings.url,
+        "isActive": settings.is_active,
+        "disabledReason": settings.disabled_reason,
+        "updatedAt": iso(settings.updated_at),
+        "events": settings.events,
+    }
+
+
+def allowance_json(allowance: PayoutAllowance) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "currency": allowance.currency,
+        "enabled": allowance.enabled,
+        "platformEnabled": allowance.platform_enabled,
+        "configured": allowance.configured,
+        "blockedBy": allowance.blocked_by,
+        "message": allowance.message,
+    }
+    if not allowance.enabled:
+        return record
+    record.update(
+        {
+            "perTransaction": allowance.per_transaction,
+            "perDay": allowance.per_day,
+            "perWeek": allowance.per_week,
+            "reviewThreshold": allowance.review_threshold,
+            "spentToday": allowance.spent_today,
+            "spentThisWeek": allowance.spent_this_week,
+            "remainingToday": allowance.remaining_today,
+            "remainingThisWeek": allowance.remaining_this_week,
+        }
+    )
+    return record
+
+
+def balance_json(balance: MerchantBalance) -> dict[str, Any]:
+    return {"currency": balance.currency, "available": balance.available, "reserved": balance.reserved}
