@@ -8,7 +8,25 @@ verify and parse webhook deliveries with :func:`construct_event`. Importing this
 and loads no web framework or HTTP client.
 """
 
+from paymentcore._access import Principal, RateState
+from paymentcore._bootstrap import PaymentCore
+from paymentcore._collect import CheckoutView, PaymentOption
 from paymentcore._events import WebhookEvent, construct_event
+from paymentcore._ledger import LedgerInvariantError
+from paymentcore._models import (
+    ApiKey,
+    Balance,
+    CollectionKind,
+    CollectionStatus,
+    Merchant,
+    MerchantStatus,
+    PayoutLimits,
+    PayoutStatus,
+    Scope,
+    Settings,
+    WebhookEndpoint,
+)
+from paymentcore._operator import UNSET, CreatedKey
 from paymentcore._records import (
     Collection,
     MerchantBalance,
@@ -16,11 +34,12 @@ from paymentcore._records import (
     PayoutAllowance,
     WebhookRegistration,
     WebhookSettings,
+    from_ms,
 )
+from paymentcore._signing import WebhookVerificationError, verify_webhook
 from paymentcore.adapters.clock import FakeClock, RandomReferences, SystemClock
 from paymentcore.adapters.memory import MemoryStore
 from paymentcore.adapters.sandbox import SandboxNetwork
-from paymentcore.bootstrap import PaymentCore
 from paymentcore.catalogue import Catalogue, StaticExchangeRates
 from paymentcore.config import Config
 from paymentcore.errors import (
@@ -59,25 +78,10 @@ from paymentcore.errors import (
     UnknownCurrencyError,
     UnknownProviderError,
 )
-from paymentcore.ledger import LedgerInvariantError
-from paymentcore.models import (
-    ApiKey,
-    Balance,
-    CollectionKind,
-    CollectionStatus,
-    Merchant,
-    MerchantStatus,
-    PayoutLimits,
-    PayoutStatus,
-    Scope,
-    Settings,
-    WebhookEndpoint,
-)
-from paymentcore.operator import CreatedKey
-from paymentcore.signing import WebhookVerificationError, verify_webhook
 
 __all__ = [
     "HTTP_STATUS",
+    "UNSET",
     "AccessError",
     "AmountError",
     "AmountPrecisionError",
@@ -88,6 +92,7 @@ __all__ = [
     "CapabilityDisabledError",
     "Catalogue",
     "CatalogueError",
+    "CheckoutView",
     "Collection",
     "CollectionKind",
     "CollectionStatus",
@@ -113,6 +118,7 @@ __all__ = [
     "NotFoundError",
     "PaymentCore",
     "PaymentError",
+    "PaymentOption",
     "Payout",
     "PayoutAllowance",
     "PayoutLimitExceededError",
@@ -121,10 +127,12 @@ __all__ = [
     "PayoutsNotConfiguredError",
     "PhoneNotRecognisedError",
     "PhoneProviderMismatchError",
+    "Principal",
     "ProviderBlockedError",
     "ProviderCountryMismatchError",
     "RandomReferences",
     "RateLimitedError",
+    "RateState",
     "RecipientBusyError",
     "RequestError",
     "SandboxNetwork",
@@ -142,5 +150,6 @@ __all__ = [
     "WebhookSettings",
     "WebhookVerificationError",
     "construct_event",
+    "from_ms",
     "verify_webhook",
 ]

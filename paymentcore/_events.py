@@ -1,8 +1,8 @@
 """Verify a webhook delivery and parse it into one typed object, whatever its shape or name.
 
-:func:`construct_event` first checks the delivery exactly as :func:`paymentcore.signing.verify_webhook`
+:func:`construct_event` first checks the delivery exactly as :func:`paymentcore._signing.verify_webhook`
 does (signature over ``<timestamp>.<raw body>``, freshness), then parses the body with exact numbers
-(:func:`paymentcore.money.parse_json`: never a float) and returns a :class:`WebhookEvent`:
+(:func:`paymentcore._money.parse_json`: never a float) and returns a :class:`WebhookEvent`:
 
 - collection events are flat JSON without the event name (it travels in ``X-Service-Event``);
 - payout events are wrapped: ``{"event": <name>, "data": {...}, "eventId": ...}``;
@@ -29,10 +29,18 @@ from typing import Any
 
 import attrs
 
+from paymentcore._money import parse_json
+from paymentcore._signing import (
+    EVENT_HEADER,
+    TOLERANCE_SECONDS,
+    WebhookVerificationError,
+    verify_webhook,
+)
+from paymentcore._signing import (
+    header as _header,
+)
+from paymentcore._webhooks import LEGACY_NAMES
 from paymentcore.errors import PaymentError
-from paymentcore.money import parse_json
-from paymentcore.signing import EVENT_HEADER, TOLERANCE_SECONDS, WebhookVerificationError, verify_webhook
-from paymentcore.webhooks import LEGACY_NAMES
 
 __all__ = ["WebhookEvent", "construct_event"]
 
@@ -107,7 +115,7 @@ def construct_event(
 ) -> WebhookEvent:
     """Verify a delivery and return it as a :class:`WebhookEvent`; raise WebhookVerificationError.
 
-    The verification is :func:`~paymentcore.signing.verify_webhook`'s, with the same ``now`` and
+    The verification is :func:`~paymentcore._signing.verify_webhook`'s, with the same ``now`` and
     ``tolerance``: ``body`` must be the raw bytes as received. A delivery that verifies but whose body is
     not a JSON object, has no recognisable event name, lacks its reference or status, or whose
     ``X-Service-Event`` header disagrees with the signed body is refused as well.
@@ -172,14 +180,6 @@ def construct_event(
         data=MappingProxyType(data),
         timestamp=timestamp,
     )
-
-
-def _header(headers: Mapping[str, str], name: str) -> str | None:
-    wanted = name.lower()
-    for key, value in headers.items():
-        if key.lower() == wanted:
-            return value
-    return None
 
 
 def _decimals(value: Any) -> Any:

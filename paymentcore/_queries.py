@@ -10,7 +10,7 @@ Nothing here imports a storage adapter.
 
 from __future__ import annotations
 
-from paymentcore.models import Collection, CollectionStatus, DeliveryStatus, Event, Payout, PayoutStatus
+from paymentcore._models import Collection, CollectionStatus, DeliveryStatus, Event, Payout, PayoutStatus
 
 # --- payouts ------------------------------------------------------------------------------------
 

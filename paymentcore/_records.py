@@ -1,6 +1,6 @@
 """The records a user of the library gets: frozen, snake_case, Decimal amounts, aware datetimes, enums.
 
-They are views of the stored records (``paymentcore.models``, integer minor units and milliseconds),
+They are views of the stored records (``paymentcore._models``, integer minor units and milliseconds),
 built at the moment they are returned. The server renders them to the API's JSON; a Python caller uses
 them directly. :data:`converter` turns them into plain data and back (cattrs), which is how an idempotent
 answer is kept and replayed.
@@ -15,10 +15,10 @@ from typing import Any
 import attrs
 import cattrs
 
-from paymentcore import models
+from paymentcore import _models as models
+from paymentcore._models import CollectionKind, CollectionStatus, PayoutStatus
+from paymentcore._money import apply_rate
 from paymentcore.catalogue import Catalogue
-from paymentcore.models import CollectionKind, CollectionStatus, PayoutStatus
-from paymentcore.money import apply_rate
 
 __all__ = [
     "Collection",

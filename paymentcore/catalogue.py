@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from paymentcore._money import minor_to_decimal
 from paymentcore.errors import (
     CountryNotSupportedError,
     CurrencyMismatchError,
@@ -26,7 +27,14 @@ from paymentcore.errors import (
     UnknownCurrencyError,
     UnknownProviderError,
 )
-from paymentcore.money import minor_to_decimal
+
+__all__ = [
+    "Catalogue",
+    "Country",
+    "Currency",
+    "Provider",
+    "StaticExchangeRates",
+]
 
 
 @attrs.frozen

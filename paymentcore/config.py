@@ -1,8 +1,13 @@
-"""Configuration of a PaymentCore: what to build, not how (see ``paymentcore.bootstrap``)."""
+"""Configuration of a PaymentCore: what to build, not how (see ``paymentcore._bootstrap``)."""
 
 from __future__ import annotations
 
 import attrs
+
+__all__ = [
+    "DEFAULT_WEBHOOK_RETRY_DELAYS",
+    "Config",
+]
 
 # Production retry schedule for webhook deliveries, in seconds before each retry (jitter is added):
 # 10 s, 1 min, 5 min, 30 min, 2 h, 6 h, 12 h, 24 h: eight retries over about 45 hours.

@@ -27,6 +27,45 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+__all__ = [
+    "ALL_CODES",
+    "ALL_ERRORS",
+    "HTTP_STATUS",
+    "AccessError",
+    "AmountError",
+    "AmountPrecisionError",
+    "AmountTooLargeError",
+    "AmountTooSmallError",
+    "CapabilityDisabledError",
+    "CatalogueError",
+    "CountryNotSupportedError",
+    "CurrencyMismatchError",
+    "FlowError",
+    "IdempotencyKeyRequiredError",
+    "IdempotencyKeyReusedError",
+    "IdempotencyKeyTooLongError",
+    "InsufficientBalanceError",
+    "InsufficientScopeError",
+    "InvalidRequestError",
+    "InvalidTransitionError",
+    "MerchantNotApprovedError",
+    "NotFoundError",
+    "PaymentError",
+    "PayoutLimitExceededError",
+    "PayoutsNotConfiguredError",
+    "PhoneNotRecognisedError",
+    "PhoneProviderMismatchError",
+    "ProviderBlockedError",
+    "ProviderCountryMismatchError",
+    "RateLimitedError",
+    "RecipientBusyError",
+    "RequestError",
+    "ServerError",
+    "UnauthorizedError",
+    "UnknownCurrencyError",
+    "UnknownProviderError",
+]
+
 
 class PaymentError(Exception):
     """Root of every error paymentcore raises on purpose."""

@@ -16,7 +16,7 @@ from typing import Protocol
 
 import attrs
 
-from paymentcore.models import (
+from paymentcore._models import (
     ApiKey,
     Balance,
     Collection,
@@ -29,6 +29,37 @@ from paymentcore.models import (
     Settings,
     WebhookEndpoint,
 )
+
+__all__ = [
+    "Clock",
+    "CollectionRepository",
+    "CollectionRequest",
+    "CollectionResult",
+    "DeliveryResult",
+    "DeliveryTarget",
+    "ExchangeRates",
+    "IdempotencyRepository",
+    "KeyRepository",
+    "LedgerRepository",
+    "LimitsRepository",
+    "MerchantRepository",
+    "Network",
+    "NetworkError",
+    "NetworkOutcome",
+    "Outbox",
+    "PayoutRepository",
+    "PayoutRequest",
+    "PayoutResult",
+    "References",
+    "Resolver",
+    "SecretBox",
+    "SettingsRepository",
+    "Store",
+    "Transaction",
+    "UnitOfWork",
+    "WebhookRepository",
+    "WebhookSender",
+]
 
 # --- time and identifiers -------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ which provides the ``payment_kit`` fixture.
 
 Signatures and the two clocks. The core signs each delivery with *its* clock, and the kit's core runs
 on a :class:`FakeClock`, while the application under test verifies with the real one
-(:func:`~paymentcore._events.construct_event` and :func:`~paymentcore.signing.verify_webhook` default
+(:func:`~paymentcore._events.construct_event` and :func:`~paymentcore._signing.verify_webhook` default
 to ``time.time()``). The kit bridges the two honestly:
 
 1. the kit's fake clock starts at the wall-clock time, so what the core signs is already fresh for a
@@ -51,14 +51,25 @@ from typing import Any
 
 import attrs
 
-from paymentcore import ledger
+from paymentcore import _ledger as ledger
+from paymentcore._bootstrap import PaymentCore
 from paymentcore._events import WebhookEvent, construct_event
+from paymentcore._models import Merchant
+from paymentcore._money import parse_json, parse_positive_minor
+from paymentcore._signing import (
+    EVENT_HEADER,
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    WebhookVerificationError,
+    signature,
+    verify_webhook,
+)
+from paymentcore._signing import (
+    header as _header,
+)
 from paymentcore.adapters.clock import FakeClock
-from paymentcore.bootstrap import PaymentCore
 from paymentcore.config import Config
 from paymentcore.errors import PaymentError
-from paymentcore.models import Merchant
-from paymentcore.money import parse_json, parse_positive_minor
 from paymentcore.ports import (
     CollectionRequest,
     CollectionResult,
@@ -67,14 +78,6 @@ from paymentcore.ports import (
     NetworkOutcome,
     PayoutRequest,
     PayoutResult,
-)
-from paymentcore.signing import (
-    EVENT_HEADER,
-    SIGNATURE_HEADER,
-    TIMESTAMP_HEADER,
-    WebhookVerificationError,
-    signature,
-    verify_webhook,
 )
 
 __all__ = [
@@ -243,14 +246,6 @@ class CapturingSender:
             )
             status = self.status
         return DeliveryResult(status=status)
-
-
-def _header(headers: Mapping[str, str], name: str) -> str | None:
-    wanted = name.lower()
-    for key, value in headers.items():
-        if key.lower() == wanted:
-            return value
-    return None
 
 
 def public_resolver(host: str, port: int) -> list[str]:

@@ -6,7 +6,7 @@ import json
 from decimal import Decimal
 from typing import Any
 
-from paymentcore.money import parse_json
+from paymentcore._money import parse_json
 
 __all__ = ["dumps", "loads"]
 

@@ -21,6 +21,7 @@ from paymentcore import (
     PayoutAllowance,
     WebhookRegistration,
     WebhookSettings,
+    from_ms,
 )
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -36,6 +37,11 @@ _HTTP_MESSAGES: Mapping[str, str] = {
 def iso(moment: datetime) -> str:
     """ISO 8601 UTC with milliseconds: 2026-01-01T00:00:00.000Z."""
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def iso_ms(ms: int) -> str:
+    """Milliseconds since the epoch as ISO 8601 UTC with milliseconds."""
+    return iso(from_ms(ms))
 
 
 def camel(name: str) -> str:

@@ -28,14 +28,14 @@ from paymentcore import (
     NotFoundError,
     PaymentCore,
     PaymentError,
+    Principal,
     RateLimitedError,
+    RateState,
     ServerError,
     UnauthorizedError,
     wire,
 )
 from paymentcore import Scope as KeyScope
-from paymentcore.access import Principal, RateState
-from paymentcore.money import parse_json
 from paymentcore_server._wire import (
     Fields,
     allowance_json,
@@ -47,6 +47,26 @@ from paymentcore_server._wire import (
     webhook_settings_json,
 )
 from paymentcore_server.errors import BodyTooLargeError, MethodNotAllowedError, status_of
+
+__all__ = [
+    "CACHE_HOUR",
+    "MAX_BODY",
+    "MAX_IDEMPOTENCY_KEY",
+    "UNAUTHORIZED_MESSAGE",
+    "Api",
+    "Call",
+    "Handler",
+    "Reply",
+    "RequestIdMiddleware",
+    "Work",
+    "check_idempotency_header",
+    "create_app",
+    "error_response",
+    "http_error_handler",
+    "json_response",
+    "read_body",
+    "request_id",
+]
 
 MAX_BODY = 1024 * 1024
 MAX_IDEMPOTENCY_KEY = 200
@@ -170,7 +190,7 @@ class Call:
     def body(self) -> Any:
         if not self.raw.strip():
             raise InvalidRequestError("The body must be a JSON object.")
-        return parse_json(self.raw)
+        return wire.loads(self.raw)
 
     def fields(self) -> Fields:
         return Fields(self.body())

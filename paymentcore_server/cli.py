@@ -17,14 +17,28 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, NoReturn
 
-from paymentcore import render, wire
-from paymentcore.bootstrap import PaymentCore
+from paymentcore import UNSET, ApiKey, Merchant, PaymentCore, Settings, wire
 from paymentcore.catalogue import Catalogue
 from paymentcore.config import Config
 from paymentcore.errors import PaymentError
-from paymentcore.models import ApiKey, Merchant, Settings
-from paymentcore.operator import UNSET
-from paymentcore_server._wire import allowance_json, balance_json, payout_json, webhook_settings_json
+from paymentcore_server._wire import allowance_json, balance_json, iso_ms, payout_json, webhook_settings_json
+
+__all__ = [
+    "DEFAULT_DB",
+    "DEMO_NAME",
+    "CliError",
+    "OneLineParser",
+    "build_parser",
+    "cmd_serve",
+    "cmd_worker",
+    "ensure_demo",
+    "key_json",
+    "main",
+    "merchant_json",
+    "open_core",
+    "run_operator",
+    "settings_json",
+]
 
 DEFAULT_DB = "./paymentcore.db"
 DEMO_NAME = "Demo Shop"
@@ -48,7 +62,7 @@ def merchant_json(m: Merchant) -> dict[str, Any]:
         "payoutsEnabled": m.payouts_enabled,
         "collectFeePercent": Decimal(m.collect_fee_ppm) / Decimal(10_000),
         "blockedProviders": sorted(m.blocked_providers),
-        "createdAt": render.iso(m.created_at),
+        "createdAt": iso_ms(m.created_at),
     }
 
 
@@ -60,7 +74,7 @@ def key_json(k: ApiKey) -> dict[str, Any]:
         "perMinute": k.per_minute,
         "perHour": k.per_hour,
         "revoked": k.revoked,
-        "createdAt": render.iso(k.created_at),
+        "createdAt": iso_ms(k.created_at),
     }
 
 

@@ -5,6 +5,12 @@ from __future__ import annotations
 
 from paymentcore import InvalidRequestError, PaymentError
 
+__all__ = [
+    "BodyTooLargeError",
+    "MethodNotAllowedError",
+    "status_of",
+]
+
 
 class MethodNotAllowedError(InvalidRequestError):
     """The path exists but does not accept this HTTP method (INVALID_REQUEST, HTTP 405)."""

@@ -17,6 +17,25 @@ from typing import Any
 
 from paymentcore import errors
 
+__all__ = [
+    "ACCESS_403",
+    "ALL_CODES",
+    "AMOUNT_400",
+    "API_VERSION",
+    "COLLECTION_REFERENCE_PATTERN",
+    "DESCRIPTION",
+    "HTML",
+    "JSON",
+    "MOBILE_400",
+    "OPENAPI_VERSION",
+    "PAYOUT_REFERENCE_PATTERN",
+    "SCOPED_403",
+    "TAGS",
+    "TIMESTAMP_PATTERN",
+    "TRANSACT_403",
+    "openapi_document",
+]
+
 OPENAPI_VERSION = "3.0.3"
 API_VERSION = "1.0.0"
 

@@ -23,18 +23,40 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from paymentcore import wire
+from paymentcore import CheckoutView, CollectionStatus, PaymentCore, PaymentOption, wire
 from paymentcore.adapters.sandbox import SandboxNetwork
-from paymentcore.bootstrap import PaymentCore
 from paymentcore.catalogue import Catalogue, Currency
-from paymentcore.collect import EXPIRED, CheckoutView, PaymentOption
 from paymentcore.errors import NotFoundError, PaymentError
-from paymentcore.models import CollectionStatus
-from paymentcore.money import to_decimal
 from paymentcore_server.app import error_response, read_body
 from paymentcore_server.errors import BodyTooLargeError
 
+__all__ = [
+    "EXPIRED",
+    "FAILED_MESSAGE",
+    "HTML_HEADERS",
+    "ICON",
+    "LIGHTNING",
+    "LIGHTNING_MESSAGE",
+    "MESSAGES",
+    "NOT_FOUND_PAGE",
+    "PENDING_MESSAGE",
+    "SCRIPT",
+    "STYLE",
+    "STYLE_HASH",
+    "TITLES",
+    "checkout_app",
+    "is_expired",
+    "money",
+    "page_routes",
+    "readable_error",
+    "render_page",
+    "status_json",
+    "status_key",
+    "status_message",
+]
+
 LIGHTNING = "lightning"
+EXPIRED = "EXPIRED"  # the failure category of a checkout whose link ran out
 MESSAGES = {
     "SUCCESS": "Payment received. Thank you! You can close this page.",
     "PAYER_DECLINED": "The payment was declined on the phone. No money was taken.",
@@ -165,7 +187,7 @@ NOT_FOUND_PAGE = (
 
 def money(minor: int, currency: Currency) -> str:
     """An amount for people: the currency's own decimals, thousands grouped (``7,544``, ``12.50``)."""
-    return f"{to_decimal(minor, currency):,.{currency.decimals}f}"
+    return f"{currency.render(minor):,.{currency.decimals}f}"
 
 
 def is_expired(view: CheckoutView) -> bool:

@@ -11,8 +11,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from paymentcore import Config, FakeClock, PaymentCore, wire
+from paymentcore._models import Merchant
 from paymentcore.adapters.sandbox import SandboxNetwork
-from paymentcore.models import Merchant
 from paymentcore.testing import CapturingSender, public_resolver
 from paymentcore_server.app import create_app
 

@@ -7,6 +7,12 @@ import threading
 import time
 from datetime import UTC, datetime
 
+__all__ = [
+    "FakeClock",
+    "RandomReferences",
+    "SystemClock",
+]
+
 _ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
 
 

@@ -1,6 +1,6 @@
 """The webhook sender over httpx: POST to the checked address, never anywhere else.
 
-The URL was checked (and its name resolved) once, by :func:`paymentcore.urlsafety.check_webhook_url`,
+The URL was checked (and its name resolved) once, by :func:`paymentcore._urlsafety.check_webhook_url`,
 which pinned the address in :class:`~paymentcore.ports.DeliveryTarget`. This sender connects to
 ``target.address`` itself: the request line goes to the IP literal, the ``Host`` header carries the
 registered name, and for https the TLS handshake sends and verifies that name (``sni_hostname``). The
@@ -28,6 +28,13 @@ from datetime import UTC
 import httpx
 
 from paymentcore.ports import DeliveryResult, DeliveryTarget
+
+__all__ = [
+    "DEFAULT_USER_AGENT",
+    "MAX_RETRY_AFTER",
+    "HttpxWebhookSender",
+    "parse_retry_after",
+]
 
 DEFAULT_USER_AGENT = "paymentcore-webhooks/0.1"
 MAX_RETRY_AFTER = 86_400  # a day: a longer Retry-After is clamped, the caller's schedule decides anyway

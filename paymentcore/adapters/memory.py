@@ -16,15 +16,7 @@ from typing import Any
 
 import attrs
 
-from paymentcore._queries import (
-    collection_due_order,
-    collection_is_due,
-    counts_as_spent,
-    event_is_due,
-    payout_due_order,
-    payout_is_due,
-)
-from paymentcore.models import (
+from paymentcore._models import (
     ApiKey,
     Balance,
     Collection,
@@ -37,6 +29,19 @@ from paymentcore.models import (
     Settings,
     WebhookEndpoint,
 )
+from paymentcore._queries import (
+    collection_due_order,
+    collection_is_due,
+    counts_as_spent,
+    event_is_due,
+    payout_due_order,
+    payout_is_due,
+)
+
+__all__ = [
+    "MemoryStore",
+    "MemoryTransaction",
+]
 
 _DELETED = object()
 

@@ -20,6 +20,14 @@ from paymentcore.ports import (
     PayoutResult,
 )
 
+__all__ = [
+    "COLLECTION_FAILURES",
+    "PAYOUT_FAILS_AFTER_SENDING",
+    "PAYOUT_NEVER_CONFIRMED",
+    "PAYOUT_REFUSED",
+    "SandboxNetwork",
+]
+
 COLLECTION_FAILURES = {
     "11": ("PAYER_DECLINED", "The payer declined the payment prompt."),
     "12": ("INSUFFICIENT_FUNDS", "The payer's wallet does not hold enough money."),

@@ -8,6 +8,10 @@ from pathlib import Path
 
 from cryptography.fernet import Fernet
 
+__all__ = [
+    "FernetSecretBox",
+]
+
 
 class FernetSecretBox:
     def __init__(self, key: bytes | str) -> None:

@@ -31,16 +31,7 @@ import attrs
 import sqlite_utils
 
 from paymentcore import wire
-from paymentcore._queries import (
-    COLLECTION_CHECK_STATUSES,
-    COLLECTION_EXPIRY_STATUSES,
-    EVENT_DUE_STATUSES,
-    PAYOUT_CHECK_STATUSES,
-    PAYOUT_SEND_STATUSES,
-    SPENT_STATUSES,
-    UNSPENT_STATUSES,
-)
-from paymentcore.models import (
+from paymentcore._models import (
     ApiKey,
     Balance,
     Collection,
@@ -54,6 +45,24 @@ from paymentcore.models import (
     Settings,
     WebhookEndpoint,
 )
+from paymentcore._queries import (
+    COLLECTION_CHECK_STATUSES,
+    COLLECTION_EXPIRY_STATUSES,
+    EVENT_DUE_STATUSES,
+    PAYOUT_CHECK_STATUSES,
+    PAYOUT_SEND_STATUSES,
+    SPENT_STATUSES,
+    UNSPENT_STATUSES,
+)
+
+__all__ = [
+    "MIGRATIONS",
+    "SqliteStore",
+    "SqliteTransaction",
+    "T",
+    "sql_in",
+    "sql_not_in",
+]
 
 T = TypeVar("T")
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from paymentcore import MerchantBalance
-from paymentcore.models import CollectionStatus
+from paymentcore._models import CollectionStatus
 
 from conftest import Client
 from test_api_foundation import assert_error

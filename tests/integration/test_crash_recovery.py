@@ -38,7 +38,7 @@ import httpx
 import pytest
 
 from paymentcore import PaymentCore
-from paymentcore.models import Scope
+from paymentcore._models import Scope
 
 pytestmark = pytest.mark.slow
 

@@ -31,9 +31,7 @@ import attrs
 import pytest
 
 from paymentcore import Config, FakeClock, PaymentCore, Payout, RandomReferences
-from paymentcore.adapters.memory import MemoryStore
-from paymentcore.adapters.sqlite import SqliteStore
-from paymentcore.models import (
+from paymentcore._models import (
     CollectionStatus,
     DeliveryStatus,
     Event,
@@ -41,6 +39,8 @@ from paymentcore.models import (
     PayoutStatus,
     Resolution,
 )
+from paymentcore.adapters.memory import MemoryStore
+from paymentcore.adapters.sqlite import SqliteStore
 from paymentcore.ports import (
     CollectionRequest,
     CollectionResult,

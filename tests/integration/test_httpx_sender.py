@@ -21,9 +21,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from paymentcore._urlsafety import check_webhook_url
 from paymentcore.adapters.httpx_sender import HttpxWebhookSender
 from paymentcore.ports import DeliveryTarget, WebhookSender
-from paymentcore.urlsafety import check_webhook_url
 
 PUBLIC_V4 = "93.184.216.34"
 RETRY_DATE = 1_700_000_000  # the Unix time the server's Retry-After date names

@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 import paymentcore
-from paymentcore import Payout, ledger
+from paymentcore import Payout
+from paymentcore import _ledger as ledger
+from paymentcore._models import Balance, PayoutStatus
 from paymentcore.errors import InsufficientBalanceError
-from paymentcore.models import Balance, PayoutStatus
 
 FUNDED = 4000
 AMOUNT = 1000

@@ -9,8 +9,8 @@ import attrs
 import hypothesis.strategies as st
 from hypothesis import given, settings
 
+from paymentcore._models import Payout, PayoutStatus
 from paymentcore.adapters.sqlite import SqliteStore
-from paymentcore.models import Payout, PayoutStatus
 
 HOUR = 3_600_000
 STATUSES = list(PayoutStatus)

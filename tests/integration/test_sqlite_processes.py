@@ -19,9 +19,9 @@ from pathlib import Path
 import attrs
 import pytest
 
+from paymentcore._ledger import check_invariant
+from paymentcore._models import Balance, LedgerEntry, LedgerLeg
 from paymentcore.adapters.sqlite import MIGRATIONS, SqliteStore
-from paymentcore.ledger import check_invariant
-from paymentcore.models import Balance, LedgerEntry, LedgerLeg
 
 MERCHANT = "m1"
 CURRENCY = "XAF"

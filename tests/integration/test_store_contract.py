@@ -21,19 +21,7 @@ import hypothesis
 import hypothesis.strategies as st
 import pytest
 
-from paymentcore._queries import (
-    SPENT_STATUSES,
-    UNSPENT_STATUSES,
-    collection_due_order,
-    collection_is_due,
-    counts_as_spent,
-    event_is_due,
-    payout_due_order,
-    payout_is_due,
-)
-from paymentcore.adapters.memory import MemoryStore
-from paymentcore.adapters.sqlite import MIGRATIONS, SqliteStore
-from paymentcore.models import (
+from paymentcore._models import (
     PAYOUT_TRANSITIONS,
     ApiKey,
     Balance,
@@ -55,6 +43,18 @@ from paymentcore.models import (
     Settings,
     WebhookEndpoint,
 )
+from paymentcore._queries import (
+    SPENT_STATUSES,
+    UNSPENT_STATUSES,
+    collection_due_order,
+    collection_is_due,
+    counts_as_spent,
+    event_is_due,
+    payout_due_order,
+    payout_is_due,
+)
+from paymentcore.adapters.memory import MemoryStore
+from paymentcore.adapters.sqlite import MIGRATIONS, SqliteStore
 from paymentcore.ports import Store
 
 NOW = 1_767_225_600_000  # 2026-01-01T00:00:00Z in milliseconds

@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from paymentcore import Config, FakeClock, PaymentCore
+from paymentcore._models import PayoutStatus, Resolution
 from paymentcore.errors import InvalidTransitionError, PaymentError
-from paymentcore.models import PayoutStatus, Resolution
 from paymentcore.testing import CapturingSender, ManualNetwork, public_resolver
 
 EXAMPLES = int(os.environ.get("PAYMENTCORE_STATEFUL_EXAMPLES", "40"))

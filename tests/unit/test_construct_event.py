@@ -19,8 +19,7 @@ import attrs
 import pytest
 
 from paymentcore._events import WebhookEvent, construct_event
-from paymentcore.ports import DeliveryTarget
-from paymentcore.signing import (
+from paymentcore._signing import (
     EVENT_HEADER,
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
@@ -28,6 +27,7 @@ from paymentcore.signing import (
     signature,
     verify_webhook,
 )
+from paymentcore.ports import DeliveryTarget
 from paymentcore.testing import RESTAMP_AFTER, CapturedDelivery, CapturingSender, TestKit
 
 LEGACY = {

@@ -6,7 +6,9 @@ from decimal import Decimal
 
 import pytest
 
-from paymentcore import _policy, models
+from paymentcore import _models as models
+from paymentcore import _policy
+from paymentcore._models import Merchant, MerchantStatus, PayoutLimits, Settings
 from paymentcore._policy import (
     DAY_MS,
     REJECTED_REASON,
@@ -21,7 +23,6 @@ from paymentcore._policy import (
 )
 from paymentcore.catalogue import Catalogue, Currency
 from paymentcore.errors import PayoutLimitExceededError
-from paymentcore.models import Merchant, MerchantStatus, PayoutLimits, Settings
 
 CATALOGUE = Catalogue.default()
 XAF = CATALOGUE.currency("XAF", settleable=True)  # no decimals

@@ -9,8 +9,7 @@ from typing import Any
 import attrs
 import pytest
 
-from paymentcore.errors import InvalidTransitionError
-from paymentcore.models import (
+from paymentcore._models import (
     COLLECTION_TRANSITIONS,
     PAYOUT_TRANSITIONS,
     Collection,
@@ -21,6 +20,7 @@ from paymentcore.models import (
     Resolution,
     check_transition,
 )
+from paymentcore.errors import InvalidTransitionError
 
 T0 = 1_700_000_000_000
 NOW = T0 + 5_000

@@ -10,14 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from paymentcore.ports import DeliveryTarget
-from paymentcore.urlsafety import (
+from paymentcore._urlsafety import (
     MAX_URL_LENGTH,
     UnsafeUrlError,
     check_webhook_url,
     is_public_address,
     system_resolver,
 )
+from paymentcore.ports import DeliveryTarget
 
 PUBLIC_V4 = "93.184.216.34"
 PUBLIC_V6 = "2606:2800:220:1:248:1893:25c8:1946"

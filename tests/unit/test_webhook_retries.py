@@ -22,9 +22,9 @@ from paymentcore import (
     WebhookSettings,
     WebhookVerificationError,
 )
-from paymentcore.models import DeliveryStatus, Event
+from paymentcore._models import DeliveryStatus, Event
+from paymentcore._signing import verify_webhook
 from paymentcore.ports import DeliveryResult, DeliveryTarget
-from paymentcore.signing import verify_webhook
 from paymentcore.testing import CapturedDelivery, CapturingSender, public_resolver
 
 URL = "https://shop.example/webhooks"

@@ -18,17 +18,17 @@ from typing import Any
 import attrs
 
 from paymentcore import wire
+from paymentcore._deps import Deps, require_merchant
+from paymentcore._fields import required_text
+from paymentcore._idempotency import Idempotency, check_key, fingerprint
+from paymentcore._models import DeliveryStatus, Event, WebhookEndpoint
 from paymentcore._queries import event_is_due
 from paymentcore._records import WebhookRegistration, WebhookSettings, converter, from_ms
+from paymentcore._signing import EVENT_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, signature
+from paymentcore._urlsafety import UnsafeUrlError, check_webhook_url
 from paymentcore._work import Runner
-from paymentcore.deps import Deps, require_merchant
 from paymentcore.errors import InvalidRequestError, NotFoundError
-from paymentcore.fields import required_text
-from paymentcore.idempotency import Idempotency, check_key, fingerprint
-from paymentcore.models import DeliveryStatus, Event, WebhookEndpoint
 from paymentcore.ports import DeliveryResult, Transaction
-from paymentcore.signing import EVENT_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, signature
-from paymentcore.urlsafety import UnsafeUrlError, check_webhook_url
 
 LEGACY_NAMES = {
     "collect.succeeded": "payment.succeeded",

@@ -27,7 +27,8 @@ def signature(secret: str, timestamp: int | str, body: bytes) -> str:
     return "sha256=" + hmac.digest(secret.encode(), message, hashlib.sha256).hex()
 
 
-def _header(headers: Mapping[str, str], name: str) -> str | None:
+def header(headers: Mapping[str, str], name: str) -> str | None:
+    """The value of header ``name`` in ``headers``, matched case-insensitively (None when absent)."""
     wanted = name.lower()
     for key, value in headers.items():
         if key.lower() == wanted:
@@ -48,8 +49,8 @@ def verify_webhook(
     ``body`` must be the raw bytes as received, not a re-serialised copy. The comparison runs in
     constant time; a timestamp more than ``tolerance`` seconds from ``now`` either way is refused.
     """
-    given = _header(headers, SIGNATURE_HEADER)
-    stamp = _header(headers, TIMESTAMP_HEADER)
+    given = header(headers, SIGNATURE_HEADER)
+    stamp = header(headers, TIMESTAMP_HEADER)
     if not given or not stamp:
         raise WebhookVerificationError("missing signature or timestamp header")
     if not stamp.isascii() or not stamp.isdigit() or len(stamp) > 12:

@@ -1,4 +1,4 @@
-"""What every service needs, wired once by the composition root (``paymentcore.bootstrap``)."""
+"""What every service needs, wired once by the composition root (``paymentcore._bootstrap``)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from typing import Any
 
 import attrs
 
+from paymentcore._models import Event, Merchant
 from paymentcore.catalogue import Catalogue
 from paymentcore.config import Config
-from paymentcore.models import Event, Merchant
 from paymentcore.ports import (
     Clock,
     Network,

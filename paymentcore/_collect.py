@@ -1,6 +1,6 @@
 """Collecting money: direct charge, hosted checkout, the legacy payments path, and settlement.
 
-States (an explicit table in :mod:`paymentcore.models`)::
+States (an explicit table in :mod:`paymentcore._models`)::
 
     PENDING --prompt handed to the network--> PROCESSING --cleared--> SUCCESS
        |                                          \\--not cleared / unanswered--> FAILED
@@ -18,11 +18,17 @@ from decimal import Decimal
 
 import attrs
 
-from paymentcore import ledger, models, render
-from paymentcore._records import Collection, collection_from, dump, load
+from paymentcore import _ledger as ledger
+from paymentcore import _models as models
+from paymentcore import _render as render
+from paymentcore._deps import Deps, require_merchant
+from paymentcore._fields import optional_text, optional_whole, required_value
+from paymentcore._idempotency import Idempotency, check_key, fingerprint
+from paymentcore._models import CollectionKind, CollectionStatus, Merchant
+from paymentcore._money import apply_rate, fee_for, parse_amount
+from paymentcore._records import Collection, collection_from, dump, is_payable, load
 from paymentcore._work import Runner
 from paymentcore.catalogue import Currency, Provider
-from paymentcore.deps import Deps, require_merchant
 from paymentcore.errors import (
     InvalidRequestError,
     MerchantNotApprovedError,
@@ -31,10 +37,6 @@ from paymentcore.errors import (
     RecipientBusyError,
     UnknownProviderError,
 )
-from paymentcore.fields import optional_text, optional_whole, required_value
-from paymentcore.idempotency import Idempotency, check_key, fingerprint
-from paymentcore.models import CollectionKind, CollectionStatus, Merchant
-from paymentcore.money import apply_rate, fee_for, parse_amount
 from paymentcore.ports import CollectionRequest, CollectionResult, NetworkError, NetworkOutcome, Transaction
 
 FINAL = (CollectionStatus.SUCCESS, CollectionStatus.FAILED)
@@ -327,7 +329,7 @@ class Collect:
             collection=collection,
             merchant=merchant,
             options=tuple(self._options(collection, merchant)),
-            payable=render.is_payable(collection, now),
+            payable=is_payable(collection, now),
             invoice=invoice,
         )
 
@@ -374,7 +376,7 @@ class Collect:
         with deps.store.transaction() as tx:
             now = deps.clock.now()
             collection = tx.collections.get(reference)
-            if collection is None or not render.is_payable(collection, now):
+            if collection is None or not is_payable(collection, now):
                 raise InvalidRequestError("This payment can no longer be paid.", param="reference")
             merchant = self._transacting_merchant(tx, collection.merchant_id)
             self._check_provider_allowed(merchant, chosen)

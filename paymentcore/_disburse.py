@@ -1,6 +1,6 @@
 """Paying money out: reservation, limits, review, dispatch and resolution.
 
-States (explicit table in :mod:`paymentcore.models`)::
+States (explicit table in :mod:`paymentcore._models`)::
 
     PENDING --dispatched, accepted--> SENT --confirmed--> PAID
     PENDING/SENT --refused or failed--> FAILED (money stays reserved until resolved)
@@ -18,7 +18,14 @@ from typing import Any
 
 import attrs
 
-from paymentcore import ledger, models, render
+from paymentcore import _ledger as ledger
+from paymentcore import _models as models
+from paymentcore import _render as render
+from paymentcore._deps import Deps, require_merchant
+from paymentcore._fields import optional_text, required_text, required_value
+from paymentcore._idempotency import Idempotency, check_key, fingerprint
+from paymentcore._models import PayoutStatus
+from paymentcore._money import parse_amount, to_decimal
 from paymentcore._policy import (
     DAY_MS,
     REVIEW_REASON,
@@ -33,7 +40,6 @@ from paymentcore._policy import (
 from paymentcore._queries import payout_is_due
 from paymentcore._records import Payout, PayoutAllowance, dump, load, payout_from
 from paymentcore._work import Runner
-from paymentcore.deps import Deps, require_merchant
 from paymentcore.errors import (
     CapabilityDisabledError,
     IdempotencyKeyRequiredError,
@@ -43,10 +49,6 @@ from paymentcore.errors import (
     PayoutsNotConfiguredError,
     ProviderBlockedError,
 )
-from paymentcore.fields import optional_text, required_text, required_value
-from paymentcore.idempotency import Idempotency, check_key, fingerprint
-from paymentcore.models import PayoutStatus
-from paymentcore.money import parse_amount, to_decimal
 from paymentcore.ports import NetworkError, NetworkOutcome, PayoutRequest, PayoutResult, Transaction
 
 

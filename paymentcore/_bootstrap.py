@@ -12,23 +12,23 @@ from typing import Any
 
 import attrs
 
-from paymentcore.access import Access
+from paymentcore._access import Access
+from paymentcore._collect import Collect
+from paymentcore._deps import Deps
+from paymentcore._disburse import Disburse
+from paymentcore._idempotency import Idempotency
+from paymentcore._ledger import check_invariant
+from paymentcore._models import Balance
+from paymentcore._operator import Operator
+from paymentcore._urlsafety import system_resolver
+from paymentcore._webhooks import Webhooks
 from paymentcore.adapters.clock import RandomReferences, SystemClock
 from paymentcore.adapters.memory import MemoryStore
 from paymentcore.adapters.sandbox import SandboxNetwork
 from paymentcore.adapters.secretbox import FernetSecretBox
 from paymentcore.catalogue import Catalogue
-from paymentcore.collect import Collect
 from paymentcore.config import Config
-from paymentcore.deps import Deps
-from paymentcore.disburse import Disburse
-from paymentcore.idempotency import Idempotency
-from paymentcore.ledger import check_invariant
-from paymentcore.models import Balance
-from paymentcore.operator import Operator
 from paymentcore.ports import Clock, Network, References, Resolver, SecretBox, Store, WebhookSender
-from paymentcore.urlsafety import system_resolver
-from paymentcore.webhooks import Webhooks
 
 
 def _default_sender() -> WebhookSender:

@@ -17,8 +17,8 @@ from typing import Any
 import attrs
 
 from paymentcore import wire
+from paymentcore._models import IdempotencyRecord
 from paymentcore.errors import IdempotencyKeyReusedError, IdempotencyKeyTooLongError, InvalidRequestError
-from paymentcore.models import IdempotencyRecord
 from paymentcore.ports import SecretBox, Transaction
 
 MAX_KEY_LENGTH = 200

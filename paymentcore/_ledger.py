@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import attrs
 
+from paymentcore._models import Balance, LedgerEntry, LedgerLeg
+from paymentcore._money import minor_to_decimal
 from paymentcore.errors import InsufficientBalanceError
-from paymentcore.models import Balance, LedgerEntry, LedgerLeg
-from paymentcore.money import minor_to_decimal
 from paymentcore.ports import Transaction
 
 

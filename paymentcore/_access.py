@@ -15,7 +15,8 @@ from collections import deque
 
 import attrs
 
-from paymentcore.deps import Deps
+from paymentcore._deps import Deps
+from paymentcore._models import ApiKey, Merchant, Scope
 from paymentcore.errors import (
     CapabilityDisabledError,
     InsufficientScopeError,
@@ -23,7 +24,6 @@ from paymentcore.errors import (
     RateLimitedError,
     UnauthorizedError,
 )
-from paymentcore.models import ApiKey, Merchant, Scope
 
 KEY_PREFIX = "pck_"
 

@@ -1,7 +1,7 @@
 """Operator actions (the spec's "dashboard"): merchants, keys, switches, limits, balances.
 
 The CLI is a thin layer over these calls; library users call them directly. Payout review and
-resolution live in :mod:`paymentcore.disburse`, webhook reactivation in :mod:`paymentcore.webhooks`.
+resolution live in :mod:`paymentcore._disburse`, webhook reactivation in :mod:`paymentcore._webhooks`.
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from typing import Any
 
 import attrs
 
+from paymentcore._access import hash_key, new_secret
+from paymentcore._deps import Deps, require_merchant
+from paymentcore._models import ApiKey, Merchant, MerchantStatus, PayoutLimits, Scope, Settings
+from paymentcore._money import to_decimal
 from paymentcore._records import MerchantBalance
-from paymentcore.access import hash_key, new_secret
-from paymentcore.deps import Deps, require_merchant
 from paymentcore.errors import InvalidRequestError, NotFoundError
-from paymentcore.models import ApiKey, Merchant, MerchantStatus, PayoutLimits, Scope, Settings
-from paymentcore.money import to_decimal
 
 UNSET: Any = object()
 
@@ -261,7 +261,7 @@ def _ceiling(value: int, name: str) -> int:
 
 
 def _limit_value(value: object, decimals: int, name: str) -> int | None:
-    from paymentcore.money import parse_decimal_text, parse_positive_minor
+    from paymentcore._money import parse_decimal_text, parse_positive_minor
 
     if value is None or (isinstance(value, str) and value.strip().lower() == "none"):
         return None
