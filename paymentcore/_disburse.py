@@ -105,35 +105,28 @@ class Disburse:
                 "merchant_reference": merchant_reference,
             },
         )
-        with deps.store.transaction() as tx:  # a replay answers the original, whatever changed since
-            replay = self._replay(tx, merchant_id, key, print_, deps.clock.now())
-            if replay is not None:
-                return replay
-            settings = tx.settings.get()
-        if not settings.payouts_enabled:
-            raise CapabilityDisabledError("Payouts are switched off platform-wide.")
-        cur = cat.currency(required_value(currency, "currency"), settleable=True)
-        minor = parse_amount(required_value(amount, "amount"), cur)
-        raw_phone = required_text(phone, "phone", max_length=32)
-        recipient_name = optional_text(recipient_name, "recipient_name", max_length=120)
-        merchant_reference = optional_text(merchant_reference, "merchant_reference", max_length=120)
-        where = cat.country(country if country is not None else "CM")
-        cat.check_currency_for_country(cur, where)
-        named = cat.provider(provider) if provider is not None else None
-        local_phone, network = cat.resolve_mobile(country=where, phone=raw_phone, provider=named)
         with deps.store.transaction() as tx:
             now = deps.clock.now()
             replay = self._replay(tx, merchant_id, key, print_, now)
-            if replay is not None:
+            if replay is not None:  # the original answer, whatever changed since
                 return replay
+            settings = tx.settings.get()
+            if not settings.payouts_enabled:  # before any other check, as the API documents
+                raise CapabilityDisabledError(BlockedBy.PLATFORM.message(""))
+            cur = cat.currency(required_value(currency, "currency"), settleable=True)
+            minor = parse_amount(required_value(amount, "amount"), cur)
+            raw_phone = required_text(phone, "phone", max_length=32)
+            recipient_name = optional_text(recipient_name, "recipient_name", max_length=120)
+            merchant_reference = optional_text(merchant_reference, "merchant_reference", max_length=120)
+            where = cat.country(country if country is not None else "CM")
+            cat.check_currency_for_country(cur, where)
+            named = cat.provider(provider) if provider is not None else None
+            local_phone, network = cat.resolve_mobile(country=where, phone=raw_phone, provider=named)
             merchant = require_merchant(tx, merchant_id)
             if not merchant.approved:
                 raise MerchantNotApprovedError()
-            settings = tx.settings.get()
             blocked = blocked_by(settings, merchant, cur.code)
             if blocked is not None:
-                if blocked is BlockedBy.PLATFORM:
-                    raise CapabilityDisabledError("Payouts are switched off platform-wide.")
                 raise PayoutsNotConfiguredError(blocked.message(cur.code), param="currency")
             if network.code in merchant.blocked_providers:
                 raise ProviderBlockedError(
