@@ -6,7 +6,9 @@ embedding); ``PaymentCore.sqlite(path)`` one on a SQLite file with the server ke
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from paymentcore._models import Balance
 from paymentcore._operator import Operator
 from paymentcore._urlsafety import system_resolver
 from paymentcore._webhooks import Webhooks
+from paymentcore._work import Pump
 from paymentcore.adapters.clock import RandomReferences, SystemClock
 from paymentcore.adapters.memory import MemoryStore
 from paymentcore.adapters.sandbox import SandboxNetwork
@@ -29,6 +32,8 @@ from paymentcore.adapters.secretbox import FernetSecretBox
 from paymentcore.catalogue import Catalogue
 from paymentcore.config import Config
 from paymentcore.ports import Clock, Network, References, Resolver, SecretBox, Store, WebhookSender
+
+_log = logging.getLogger("paymentcore.worker")
 
 
 def _default_sender() -> WebhookSender:
@@ -80,6 +85,7 @@ class PaymentCore:
         self.disburse = Disburse(self.deps, idem)
         self.webhooks = Webhooks(self.deps, idem)
         self._worker: threading.Thread | None = None
+        self._pumps: list[Pump] = []
         self._stop = threading.Event()
         self._next_purge = 0  # when tick() next drops expired idempotency records
 
@@ -170,32 +176,80 @@ class PaymentCore:
                 return
 
     def start_worker(self, interval: float = 0.2) -> None:
-        if self._worker is not None:
+        """Run the background work on threads of this process until :meth:`stop_worker`.
+
+        Each kind of work has its own loop and its own threads, so none waits for another: collections
+        and payouts run up to ``Config.worker_concurrency`` items at once each, webhook deliveries up to
+        ``Config.delivery_concurrency`` at once and ``Config.delivery_per_endpoint`` at once per endpoint
+        (a slow or hanging endpoint holds up only its own events). While work is pending, a line every
+        ``Config.work_log_seconds`` says how much is queued and in flight per kind.
+        """
+        if self._pumps:
             return
+        config = self.config
+        self._pumps = [
+            Pump(
+                self.collect.runner,
+                name="collections",
+                concurrency=config.worker_concurrency,
+                per_lane=1,
+                interval=interval,
+            ),
+            Pump(
+                self.disburse.runner,
+                name="payouts",
+                concurrency=config.worker_concurrency,
+                per_lane=1,
+                interval=interval,
+            ),
+            Pump(
+                self.webhooks.runner,
+                name="deliveries",
+                concurrency=config.delivery_concurrency,
+                per_lane=config.delivery_per_endpoint,
+                interval=interval,
+            ),
+        ]
+        for pump in self._pumps:
+            pump.start()
         self._stop.clear()
-
-        def loop() -> None:
-            import logging
-
-            log = logging.getLogger("paymentcore.worker")
-            while not self._stop.is_set():
-                try:
-                    busy = self.tick()
-                except Exception:  # the loop must survive one bad round; the work stays due
-                    log.exception("worker round failed")
-                    busy = 0
-                if not busy:
-                    self._stop.wait(interval)
-
-        self._worker = threading.Thread(target=loop, name="paymentcore-worker", daemon=True)
+        self._worker = threading.Thread(target=self._housekeeping, name="paymentcore-worker", daemon=True)
         self._worker.start()
 
+    def work_status(self) -> dict[str, tuple[int, int]]:
+        """Per kind of work: (queued, in flight), as the running worker last saw it."""
+        return {pump.name: (pump.queued, pump.in_flight) for pump in self._pumps}
+
+    def _housekeeping(self) -> None:
+        last_report = 0.0
+        while not self._stop.wait(1.0):
+            try:
+                now = self.clock.now()
+                if now >= self._next_purge:
+                    with self.store.transaction() as tx:
+                        tx.idempotency.purge(now - self.config.idempotency_retention_hours * 3_600_000)
+                    self._next_purge = now + 60_000
+                status = self.work_status()
+                moment = time.monotonic()
+                if any(queued or flying for queued, flying in status.values()) and (
+                    moment - last_report >= self.config.work_log_seconds
+                ):
+                    last_report = moment
+                    _log.info(
+                        "work: %s",
+                        "; ".join(f"{kind} queued={q} in_flight={f}" for kind, (q, f) in status.items()),
+                    )
+            except Exception:  # housekeeping must survive a bad round
+                _log.exception("worker housekeeping failed")
+
     def stop_worker(self) -> None:
-        if self._worker is None:
-            return
         self._stop.set()
-        self._worker.join(timeout=30)
-        self._worker = None
+        for pump in self._pumps:
+            pump.stop()
+        self._pumps = []
+        if self._worker is not None:
+            self._worker.join(timeout=30)
+            self._worker = None
 
     def close(self) -> None:
         self.stop_worker()

@@ -27,7 +27,7 @@ from paymentcore._idempotency import Idempotency, check_key, fingerprint
 from paymentcore._models import CollectionKind, CollectionStatus, Merchant
 from paymentcore._money import apply_rate, fee_for, parse_amount
 from paymentcore._records import Collection, collection_from, dump, is_payable, load
-from paymentcore._work import Runner
+from paymentcore._work import Due, Runner
 from paymentcore.catalogue import Currency, Provider
 from paymentcore.errors import (
     InvalidRequestError,
@@ -79,6 +79,11 @@ class Collect:
         self._deps = deps
         self._idem = idempotency
         self._runner: Runner[models.Collection, _CollectAnswer] = Runner(self, deps.store, deps.clock)
+
+    @property
+    def runner(self) -> Runner[models.Collection, _CollectAnswer]:
+        """This service's background work, for the worker (:meth:`PaymentCore.start_worker`)."""
+        return self._runner
 
     # --- requests --------------------------------------------------------------------------------
 
@@ -431,8 +436,8 @@ class Collect:
         """Send a due prompt, or ask the network about a prompt already sent, or expire a checkout."""
         self._runner.run_one(reference)
 
-    def due(self, tx: Transaction, now: int, limit: int) -> list[str]:
-        return [collection.reference for collection in tx.collections.due(now, limit)]
+    def due(self, tx: Transaction, now: int, limit: int) -> list[Due]:
+        return [Due(key=c.reference, lane=c.reference) for c in tx.collections.due(now, limit)]
 
     def claim(self, tx: Transaction, key: str, now: int) -> models.Collection | None:
         collection = tx.collections.get(key)

@@ -39,7 +39,7 @@ from paymentcore._policy import (
 )
 from paymentcore._queries import payout_is_due
 from paymentcore._records import Payout, PayoutAllowance, dump, load, payout_from
-from paymentcore._work import Runner
+from paymentcore._work import Due, Runner
 from paymentcore.errors import (
     CapabilityDisabledError,
     IdempotencyKeyRequiredError,
@@ -65,6 +65,11 @@ class Disburse:
         self._deps = deps
         self._idem = idempotency
         self._runner: Runner[models.Payout, _NetworkAnswer] = Runner(self, deps.store, deps.clock)
+
+    @property
+    def runner(self) -> Runner[models.Payout, _NetworkAnswer]:
+        """This service's background work, for the worker (:meth:`PaymentCore.start_worker`)."""
+        return self._runner
 
     # --- creating --------------------------------------------------------------------------------
 
@@ -308,8 +313,8 @@ class Disburse:
         """Dispatch a due PENDING payout, or ask the network about a SENT one."""
         self._runner.run_one(reference)
 
-    def due(self, tx: Transaction, now: int, limit: int) -> list[str]:
-        return [payout.reference for payout in tx.payouts.due(now, limit)]
+    def due(self, tx: Transaction, now: int, limit: int) -> list[Due]:
+        return [Due(key=payout.reference, lane=payout.reference) for payout in tx.payouts.due(now, limit)]
 
     def claim(self, tx: Transaction, key: str, now: int) -> models.Payout | None:
         payout = tx.payouts.get(key)

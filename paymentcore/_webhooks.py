@@ -26,7 +26,7 @@ from paymentcore._queries import event_is_due
 from paymentcore._records import WebhookRegistration, WebhookSettings, converter, from_ms
 from paymentcore._signing import EVENT_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, signature
 from paymentcore._urlsafety import UnsafeUrlError, check_webhook_url
-from paymentcore._work import Runner
+from paymentcore._work import Due, Runner
 from paymentcore.errors import InvalidRequestError, NotFoundError
 from paymentcore.ports import DeliveryResult, Transaction
 
@@ -64,6 +64,11 @@ class Webhooks:
         self._deps = deps
         self._idem = idempotency
         self._runner: Runner[_Attempt, DeliveryResult] = Runner(self, deps.store, deps.clock)
+
+    @property
+    def runner(self) -> Runner[_Attempt, DeliveryResult]:
+        """This service's background work, for the worker (:meth:`PaymentCore.start_worker`)."""
+        return self._runner
 
     # --- registration ----------------------------------------------------------------------------
 
@@ -159,8 +164,8 @@ class Webhooks:
 
     # the Task of paymentcore._work: claim the event, send it, record the attempt
 
-    def due(self, tx: Transaction, now: int, limit: int) -> list[str]:
-        return [event.id for event in tx.outbox.due(now, limit)]
+    def due(self, tx: Transaction, now: int, limit: int) -> list[Due]:
+        return [Due(key=event.id, lane=event.merchant_id) for event in tx.outbox.due(now, limit)]
 
     def claim(self, tx: Transaction, key: str, now: int) -> _Attempt | None:
         event = tx.outbox.get(key)

@@ -10,22 +10,42 @@ repeated with the same reference, which the network treats as the same request.
 
 from __future__ import annotations
 
+import logging
+import threading
+from collections import Counter
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Generic, Protocol, TypeVar
+
+import attrs
 
 from paymentcore.ports import Clock, Store, Transaction
 
-__all__ = ["Runner", "Task"]
+__all__ = ["Due", "Pump", "Runner", "Task"]
+
+log = logging.getLogger("paymentcore.worker")
 
 ClaimT = TypeVar("ClaimT")
 OutcomeT = TypeVar("OutcomeT")
 
 
+@attrs.frozen
+class Due:
+    """An item whose turn has come: its key (a reference, an event id) and its lane.
+
+    Items of one lane are worked one at a time when a :class:`Pump` runs them (a lane is a webhook
+    endpoint: its events go out in order, and a slow endpoint occupies only its own lane).
+    """
+
+    key: str
+    lane: str
+
+
 class Task(Protocol[ClaimT, OutcomeT]):
     """One kind of background work."""
 
-    def due(self, tx: Transaction, now: int, limit: int) -> Sequence[str]:
-        """The keys (references, event ids) of items whose turn has come, oldest first."""
+    def due(self, tx: Transaction, now: int, limit: int) -> Sequence[Due]:
+        """The items whose turn has come, oldest first."""
         ...
 
     def claim(self, tx: Transaction, key: str, now: int) -> ClaimT | None:
@@ -58,11 +78,14 @@ class Runner(Generic[ClaimT, OutcomeT]):
 
     def run_due(self, limit: int) -> int:
         """Work every due item once; returns how many were due."""
+        due = self.due(limit)
+        for item in due:
+            self.run_one(item.key)
+        return len(due)
+
+    def due(self, limit: int) -> Sequence[Due]:
         with self._store.read() as tx:
-            keys = self.task.due(tx, self._clock.now(), limit)
-        for key in keys:
-            self.run_one(key)
-        return len(keys)
+            return self.task.due(tx, self._clock.now(), limit)
 
     def run_one(self, key: str, *, max_steps: int = 3) -> OutcomeT | None:
         """Claim, act and record one item, step after step; the last outcome, or None when it was not
@@ -82,3 +105,112 @@ class Runner(Generic[ClaimT, OutcomeT]):
             if not again:
                 break
         return last
+
+
+class Pump:
+    """Runs one task on its own thread, several items at a time, so that a slow item holds up only
+    itself: at most ``concurrency`` items in flight in all, at most ``per_lane`` of one lane.
+
+    Each round lists what is due and hands every item that is not already in flight, and whose lane
+    has room, to a pool of threads; an item is claimed (leased) by :meth:`Runner.run_one` as before, so
+    several pumps in several processes share the work safely.
+    """
+
+    def __init__(
+        self,
+        runner: Runner[ClaimT, OutcomeT],
+        *,
+        name: str,
+        concurrency: int,
+        per_lane: int,
+        interval: float = 0.2,
+        scan: int = 1000,
+    ) -> None:
+        self.name = name
+        self._runner = runner
+        self._concurrency = concurrency
+        self._per_lane = per_lane
+        self._interval = interval
+        self._scan = scan
+        self._lock = threading.Lock()
+        self._in_flight: set[str] = set()
+        self._lanes: Counter[str] = Counter()
+        self._queued = 0
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._pool: ThreadPoolExecutor | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def queued(self) -> int:
+        """Items due at the last round (in flight included)."""
+        return self._queued
+
+    @property
+    def in_flight(self) -> int:
+        with self._lock:
+            return len(self._in_flight)
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._pool = ThreadPoolExecutor(self._concurrency, thread_name_prefix=f"paymentcore-{self.name}")
+        self._thread = threading.Thread(target=self._loop, name=f"paymentcore-{self.name}", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 30) -> None:
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout=timeout)
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+        self._thread = None
+        self._pool = None
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                started = self.round()
+            except Exception:  # the loop must survive one bad round; the work stays due
+                log.exception("%s: worker round failed", self.name)
+                started = 0
+            if not started:
+                self._wake.wait(self._interval)
+                self._wake.clear()
+
+    def round(self) -> int:
+        """Start what is due and has room; returns how many items were started."""
+        with self._lock:
+            if len(self._in_flight) >= self._concurrency:
+                return 0
+        due = self._runner.due(self._scan)
+        self._queued = len(due)
+        started = 0
+        for item in due:
+            with self._lock:
+                if len(self._in_flight) >= self._concurrency:
+                    break
+                if item.key in self._in_flight or self._lanes[item.lane] >= self._per_lane:
+                    continue
+                self._in_flight.add(item.key)
+                self._lanes[item.lane] += 1
+            assert self._pool is not None
+            self._pool.submit(self._work, item)
+            started += 1
+        return started
+
+    def _work(self, item: Due) -> None:
+        try:
+            self._runner.run_one(item.key)
+        except Exception:
+            log.exception("%s: %s failed; it stays due", self.name, item.key)
+        finally:
+            with self._lock:
+                self._in_flight.discard(item.key)
+                self._lanes[item.lane] -= 1
+                if self._lanes[item.lane] <= 0:
+                    del self._lanes[item.lane]
+            self._wake.set()

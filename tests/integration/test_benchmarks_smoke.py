@@ -59,3 +59,20 @@ def test_python_load_generator_fallback(tmp_path: Path) -> None:
     assert report["gate"]["passed"], [c for c in report["gate"]["checks"] if not c["ok"]]
     assert report["meta"]["load_generator"].startswith("Python")
     assert all(run["result"]["tool"] == "python" for run in report["http"]["runs"])
+
+
+def test_end_to_end_benchmark_pays_and_delivers_everything_it_accepted(tmp_path: Path) -> None:
+    """``benchmarks/bench_e2e.py``: every accepted payout reaches PAID and both its events arrive."""
+    results = tmp_path / "e2e"
+    command = [
+        sys.executable, str(ROOT / "benchmarks" / "bench_e2e.py"), "--seconds", "2", "--concurrency", "8",
+        "--tool", "python", "--results", str(results),
+    ]
+    done = subprocess.run(
+        command, cwd=ROOT, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180, check=False
+    )
+    assert done.returncode == 0, f"{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+    report = json.loads((results / "e2e.json").read_text())
+    assert report["accepted"] > 0 and report["paid"] == report["accepted"] and report["unpaid_after"] == 0
+    assert report["deliveries"] >= 2 * report["paid"]
+    assert report["ratio"] is not None and report["samples"]
