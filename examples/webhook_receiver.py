@@ -42,6 +42,7 @@ class Receiver(ThreadingHTTPServer):
         self.max_events = max_events
         self.lock = threading.Lock()
         self.seen: set[str] = set()  # eventIds handled; a real app keeps them in its database
+        self.handled = 0  # events whose handling has finished (deliveries arrive concurrently)
 
     def accept(self, event_id: str) -> bool:
         """Record ``event_id``; False when it was handled before (a repeated delivery)."""
@@ -51,9 +52,11 @@ class Receiver(ThreadingHTTPServer):
             self.seen.add(event_id)
             return True
 
-    def done(self) -> bool:
+    def finished_one(self) -> bool:
+        """Count one handled event; True when ``max_events`` have been handled."""
         with self.lock:
-            return self.max_events is not None and len(self.seen) >= self.max_events
+            self.handled += 1
+            return self.max_events is not None and self.handled >= self.max_events
 
 
 class WebhookHandler(BaseHTTPRequestHandler):
@@ -85,7 +88,7 @@ class WebhookHandler(BaseHTTPRequestHandler):
             return
         self.answer(204)  # answer first and fast; do slow work after (or in a queue)
         handle_event(event, event_id, body)
-        if self.server.done():
+        if self.server.finished_one():
             # shutdown() waits for serve_forever() to stop, so call it from another thread.
             threading.Thread(target=self.server.shutdown, daemon=True).start()
 

@@ -29,7 +29,14 @@ from paymentcore._models import (
 from paymentcore._operator import UNSET, CreatedKey
 from paymentcore._records import (
     Collection,
+    EventDelivery,
+    EventDeliveryStatus,
+    EventRecord,
+    EventSummary,
+    LedgerItem,
+    LedgerItemType,
     MerchantBalance,
+    Page,
     Payout,
     PayoutAllowance,
     WebhookRegistration,
@@ -78,6 +85,7 @@ from paymentcore.errors import (
     UnknownCurrencyError,
     UnknownProviderError,
 )
+from paymentcore.observe import Observer, WorkBacklog
 
 __all__ = [
     "HTTP_STATUS",
@@ -100,6 +108,10 @@ __all__ = [
     "CountryNotSupportedError",
     "CreatedKey",
     "CurrencyMismatchError",
+    "EventDelivery",
+    "EventDeliveryStatus",
+    "EventRecord",
+    "EventSummary",
     "FakeClock",
     "FlowError",
     "IdempotencyKeyRequiredError",
@@ -110,12 +122,16 @@ __all__ = [
     "InvalidRequestError",
     "InvalidTransitionError",
     "LedgerInvariantError",
+    "LedgerItem",
+    "LedgerItemType",
     "MemoryStore",
     "Merchant",
     "MerchantBalance",
     "MerchantNotApprovedError",
     "MerchantStatus",
     "NotFoundError",
+    "Observer",
+    "Page",
     "PaymentCore",
     "PaymentError",
     "PaymentOption",
@@ -149,6 +165,7 @@ __all__ = [
     "WebhookRegistration",
     "WebhookSettings",
     "WebhookVerificationError",
+    "WorkBacklog",
     "construct_event",
     "from_ms",
     "verify_webhook",

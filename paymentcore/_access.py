@@ -2,7 +2,8 @@
 
 A key is shown once at creation and stored only as its SHA-256 (the key carries 256 random bits, so a
 fast hash is enough). Rate limits are sliding windows of one minute and one hour per key, counted in
-this process; a key's ceilings are read from the store on every request, so a change made by the CLI
+the store (``tx.rates``), so every API process on one database shares one count per key and a restart
+keeps it; a key's ceilings are read from the store on every request, so a change made by the CLI
 applies at once.
 """
 
@@ -10,8 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-import threading
-from collections import deque
 
 import attrs
 
@@ -24,6 +23,7 @@ from paymentcore.errors import (
     RateLimitedError,
     UnauthorizedError,
 )
+from paymentcore.ports import Store, Transaction
 
 KEY_PREFIX = "pck_"
 
@@ -61,56 +61,86 @@ class RateState:
     reset_seconds: int
 
 
-class _Window:
-    """The times of the requests counted in one sliding window (oldest first)."""
+@attrs.frozen
+class Window:
+    """A sliding window of ``length`` ms, counted in buckets of ``width`` ms (``length / width`` of them).
 
-    def __init__(self, length_ms: int) -> None:
-        self.length_ms = length_ms
-        self.hits: deque[int] = deque()
+    A request counts in the bucket holding its time and leaves the window when the whole bucket has:
+    at most one bucket width (1/60 of the window) before an exact log would let it go.
+    """
 
-    def expire(self, now: int) -> None:
-        while self.hits and self.hits[0] <= now - self.length_ms:
-            self.hits.popleft()
+    name: str
+    length: int
+    width: int
 
-    def retry_after(self, ceiling: int, now: int) -> int:
-        """Seconds until enough of the oldest hits leave for one more request to fit."""
-        index = max(0, len(self.hits) - ceiling)
-        return max(1, -(-(self.hits[index] + self.length_ms - now) // 1000))
+    def start_of(self, now: int) -> int:
+        return now - now % self.width
+
+    def since(self, now: int) -> int:
+        """The start of the oldest bucket still inside the window at ``now``."""
+        return self.start_of(now) - self.length + self.width
+
+    def leaves_at(self, start: int) -> int:
+        """When the requests of the bucket starting at ``start`` stop counting."""
+        return start + self.length
+
+
+MINUTE = Window("minute", 60_000, 1_000)
+HOUR = Window("hour", 3_600_000, 60_000)
+
+
+def _seconds_until(moment: int, now: int) -> int:
+    return max(1, -(-(moment - now) // 1000))
+
+
+def retry_after(window: Window, buckets: list[tuple[int, int]], ceiling: int, now: int) -> int:
+    """Seconds until enough of the oldest requests leave ``window`` for one more to fit."""
+    excess = sum(hits for _, hits in buckets) - ceiling + 1
+    for start, hits in buckets:
+        excess -= hits
+        if excess <= 0:
+            return _seconds_until(window.leaves_at(start), now)
+    return 1
 
 
 class RateLimiter:
-    """Sliding one-minute and one-hour windows per key, in memory; O(1) per request."""
+    """Sliding one-minute and one-hour windows per key, counted in the store: one write unit of work
+    per request, in which the store holds the key's counters, so racing requests (in this process or
+    another one on the same database) take the slots one at a time."""
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._windows: dict[str, tuple[_Window, _Window]] = {}
+    def __init__(self, store: Store) -> None:
+        self._store = store
 
     def hit(self, key: ApiKey, now: int) -> RateState:
         """Count one request or raise RATE_LIMITED (a refused request is not counted)."""
-        with self._lock:
-            minute, hour = self._windows.setdefault(key.id, (_Window(60_000), _Window(3_600_000)))
-            minute.expire(now)
-            hour.expire(now)
-            for window, ceiling, name in ((minute, key.per_minute, "minute"), (hour, key.per_hour, "hour")):
-                if len(window.hits) >= ceiling:
-                    raise RateLimitedError(
-                        f"Rate limit of {ceiling} requests per {name} exceeded for this API key.",
-                        retry_after=window.retry_after(ceiling, now),
-                        limit=ceiling,
-                    )
-            minute.hits.append(now)
-            hour.hits.append(now)
-            return RateState(
-                limit=key.per_minute,
-                remaining=max(0, key.per_minute - len(minute.hits)),
-                reset_seconds=max(1, -(-(minute.hits[0] + 60_000 - now) // 1000)),
-            )
+        with self._store.transaction() as tx:
+            return self.count(tx, key, now)
+
+    def count(self, tx: Transaction, key: ApiKey, now: int) -> RateState:
+        minute = tx.rates.buckets(key.id, MINUTE.width, MINUTE.since(now))
+        hour = tx.rates.buckets(key.id, HOUR.width, HOUR.since(now))
+        for window, buckets, ceiling in ((MINUTE, minute, key.per_minute), (HOUR, hour, key.per_hour)):
+            if sum(hits for _, hits in buckets) >= ceiling:
+                raise RateLimitedError(
+                    f"Rate limit of {ceiling} requests per {window.name} exceeded for this API key.",
+                    retry_after=retry_after(window, buckets, ceiling, now),
+                    limit=ceiling,
+                )
+        for window in (MINUTE, HOUR):
+            tx.rates.add(key.id, window.width, window.start_of(now))
+        used = sum(hits for _, hits in minute) + 1
+        oldest = minute[0][0] if minute else MINUTE.start_of(now)
+        return RateState(
+            limit=key.per_minute,
+            remaining=max(0, key.per_minute - used),
+            reset_seconds=_seconds_until(MINUTE.leaves_at(oldest), now),
+        )
 
 
 class Access:
     def __init__(self, deps: Deps) -> None:
         self._deps = deps
-        self.limiter = RateLimiter()
+        self.limiter = RateLimiter(deps.store)
 
     def authenticate(self, token: str | None) -> Principal:
         """The caller behind a bearer token, or UNAUTHORIZED / CAPABILITY_DISABLED."""

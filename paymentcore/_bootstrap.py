@@ -1,7 +1,9 @@
 """The composition root: a PaymentCore built from a store, a network, a clock and a Config.
 
 Nothing here runs at import time. ``PaymentCore.memory()`` gives a core on the in-memory store (tests,
-embedding); ``PaymentCore.sqlite(path)`` one on a SQLite file with the server key kept beside it.
+embedding); ``PaymentCore.sqlite(path)`` one on a SQLite file with the server key kept beside it;
+``PaymentCore.postgresql(url)`` one on a PostgreSQL database that many processes share (psycopg is
+imported only then).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from paymentcore._access import Access
+from paymentcore._access import HOUR, Access
 from paymentcore._collect import Collect
 from paymentcore._deps import Deps
 from paymentcore._disburse import Disburse
@@ -31,9 +33,11 @@ from paymentcore.adapters.sandbox import SandboxNetwork
 from paymentcore.adapters.secretbox import FernetSecretBox
 from paymentcore.catalogue import Catalogue
 from paymentcore.config import Config
+from paymentcore.observe import WORK_KINDS, Observer, WorkBacklog
 from paymentcore.ports import Clock, Network, References, Resolver, SecretBox, Store, WebhookSender
 
 _log = logging.getLogger("paymentcore.worker")
+LEASE_KEEP_MS = 3_600_000  # lease rows that ran out an hour ago are dropped (a dead worker's)
 
 
 def _default_sender() -> WebhookSender:
@@ -62,6 +66,7 @@ class PaymentCore:
         secret_box: SecretBox | None = None,
         sender: WebhookSender | None = None,
         resolver: Resolver | None = None,
+        observer: Observer | None = None,
     ) -> None:
         config = config or Config()
         self.config = config
@@ -75,6 +80,7 @@ class PaymentCore:
             secret_box=secret_box or FernetSecretBox.generate(),
             resolver=resolver or system_resolver,
             sender=sender,
+            observer=observer or Observer(),
         )
         idem = Idempotency(
             retention_ms=config.idempotency_retention_hours * 3_600_000, box=self.deps.secret_box
@@ -110,6 +116,45 @@ class PaymentCore:
         if "sender" not in kwargs:
             kwargs["sender"] = _default_sender()
         return cls(store=SqliteStore(path, synchronous=synchronous), **kwargs)
+
+    @classmethod
+    def postgresql(
+        cls,
+        url: str,
+        *,
+        pool_size: int | None = None,
+        key_file: str | Path | None = None,
+        **kwargs: Any,
+    ) -> PaymentCore:
+        """A core on a PostgreSQL database, named by a libpq URL (``postgresql://USER@HOST:PORT/DB``).
+
+        Any number of processes, on any number of machines, may open one database: they share the
+        data, the rate-limit counters and the background work. The schema is created and migrated on
+        first use. ``pool_size`` is the most connections this process opens (default
+        ``$PAYMENTCORE_POOL_SIZE``, else 10). The server key that encrypts webhook secrets is kept in
+        the database, so every process finds the same one, unless ``key_file`` names a key file
+        (then every process must be given a copy of the same file).
+        """
+        import os
+
+        from paymentcore.adapters.postgres import DEFAULT_POOL_SIZE, PostgresStore
+
+        if pool_size is None:
+            pool_size = int(os.environ.get("PAYMENTCORE_POOL_SIZE") or DEFAULT_POOL_SIZE)
+        store = PostgresStore(url, pool_size=pool_size)
+        try:
+            if "secret_box" not in kwargs:
+                kwargs["secret_box"] = (
+                    FernetSecretBox.from_key_file(key_file)
+                    if key_file is not None
+                    else FernetSecretBox(store.server_key())
+                )
+            if "sender" not in kwargs:
+                kwargs["sender"] = _default_sender()
+            return cls(store=store, **kwargs)
+        except BaseException:
+            store.close()
+            raise
 
     # --- conveniences ----------------------------------------------------------------------------
 
@@ -166,6 +211,8 @@ class PaymentCore:
         if now >= self._next_purge:  # once a minute, not on every round: it takes the write lock
             with self.store.transaction() as tx:
                 tx.idempotency.purge(now - self.config.idempotency_retention_hours * 3_600_000)
+                tx.leases.purge(now - LEASE_KEEP_MS)
+                tx.rates.purge(now - HOUR.length)  # rate-limit buckets past the longest window
             self._next_purge = now + 60_000
         return done
 
@@ -216,6 +263,24 @@ class PaymentCore:
         self._worker = threading.Thread(target=self._housekeeping, name="paymentcore-worker", daemon=True)
         self._worker.start()
 
+    def work_backlog(self) -> list[WorkBacklog]:
+        """Per kind of work (collections, payouts, deliveries): how many items are due and waiting, and
+        how many a worker holds under a lease, read from the store, so the same for every process on
+        it (one read transaction; a worker's lease rows are in ``tx.leases``)."""
+        with self.store.read() as tx:
+            now = self.clock.now()
+            pending = {
+                "collections": tx.collections.count_due(now),
+                "payouts": tx.payouts.count_due(now),
+                "deliveries": tx.outbox.count_due(now),
+            }
+            return [WorkBacklog(kind, pending[kind], tx.leases.held(kind, now)) for kind in WORK_KINDS]
+
+    @property
+    def observer(self) -> Observer:
+        """What the core tells of status changes and delivery attempts (:mod:`paymentcore.observe`)."""
+        return self.deps.observer
+
     def work_status(self) -> dict[str, tuple[int, int]]:
         """Per kind of work: (queued, in flight), as the running worker last saw it."""
         return {pump.name: (pump.queued, pump.in_flight) for pump in self._pumps}
@@ -228,6 +293,8 @@ class PaymentCore:
                 if now >= self._next_purge:
                     with self.store.transaction() as tx:
                         tx.idempotency.purge(now - self.config.idempotency_retention_hours * 3_600_000)
+                        tx.leases.purge(now - LEASE_KEEP_MS)
+                        tx.rates.purge(now - HOUR.length)  # rate-limit buckets past the longest window
                     self._next_purge = now + 60_000
                 status = self.work_status()
                 moment = time.monotonic()

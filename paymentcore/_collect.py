@@ -14,6 +14,7 @@ outbox event.
 
 from __future__ import annotations
 
+import builtins
 from decimal import Decimal
 
 import attrs
@@ -26,7 +27,16 @@ from paymentcore._fields import optional_text, optional_whole, required_value
 from paymentcore._idempotency import Idempotency, check_key, fingerprint
 from paymentcore._models import CollectionKind, CollectionStatus, Merchant
 from paymentcore._money import apply_rate, fee_for, parse_amount
-from paymentcore._records import Collection, collection_from, dump, is_payable, load
+from paymentcore._pages import (
+    DEFAULT_LIMIT,
+    check_cursor,
+    check_limit,
+    check_member,
+    check_text,
+    page_of,
+    unknown_cursor,
+)
+from paymentcore._records import Collection, Page, collection_from, dump, is_payable, load
 from paymentcore._work import Due, Runner
 from paymentcore.catalogue import Currency, Provider
 from paymentcore.errors import (
@@ -78,7 +88,14 @@ class Collect:
     def __init__(self, deps: Deps, idempotency: Idempotency) -> None:
         self._deps = deps
         self._idem = idempotency
-        self._runner: Runner[models.Collection, _CollectAnswer] = Runner(self, deps.store, deps.clock)
+        self._runner: Runner[models.Collection, _CollectAnswer] = Runner(
+            self,
+            deps.store,
+            deps.clock,
+            kind="collections",
+            lease_ms=deps.config.dispatch_lease_seconds * 1000,
+            write=deps.transaction,
+        )
 
     @property
     def runner(self) -> Runner[models.Collection, _CollectAnswer]:
@@ -130,7 +147,7 @@ class Collect:
                 "description": description,
             },
         )
-        with deps.store.transaction() as tx:
+        with deps.transaction() as tx:
             now = deps.clock.now()
             replay = self._replay(tx, merchant_id, key, print_, now)
             if replay is not None:
@@ -160,6 +177,7 @@ class Collect:
                 charged_currency=cur.code,
             )
             tx.collections.add(collection)
+            self._tell(collection.status)
             return self._answer(tx, merchant, collection, key, print_, now)
 
     def checkout(
@@ -242,7 +260,7 @@ class Collect:
                 "expires_in_minutes": expires_in_minutes,
             },
         )
-        with deps.store.transaction() as tx:
+        with deps.transaction() as tx:
             now = deps.clock.now()
             replay = self._replay(tx, merchant_id, key, print_, now)
             if replay is not None:
@@ -262,6 +280,7 @@ class Collect:
                 updated_at=now,
             )
             tx.collections.add(collection)
+            self._tell(collection.status)
             return self._answer(tx, merchant, collection, key, print_, now)
 
     def _answer(
@@ -301,6 +320,36 @@ class Collect:
             merchant = require_merchant(tx, merchant_id)
         return self._public(collection, merchant, self._deps.clock.now())
 
+    def list(
+        self,
+        merchant_id: str,
+        *,
+        limit: int = DEFAULT_LIMIT,
+        starting_after: str | None = None,
+        status: CollectionStatus | None = None,
+        merchant_reference: str | None = None,
+    ) -> Page[Collection]:
+        """The merchant's collections (charges, checkouts, legacy payments), newest first, ``limit``
+        (1 to 100) at a time.
+
+        ``starting_after`` is the reference of the previous page's last collection; one that is not the
+        merchant's raises InvalidRequestError (param ``starting_after``). ``status`` and
+        ``merchant_reference`` keep only the collections that have them.
+        """
+        limit = check_limit(limit)
+        after = check_cursor(starting_after)
+        wanted = check_member(status, CollectionStatus, "status")
+        reference = check_text(merchant_reference, "merchant_reference", max_length=120)
+        with self._deps.store.read() as tx:
+            merchant = require_merchant(tx, merchant_id)
+            rows = tx.collections.page(
+                merchant_id, limit=limit + 1, after=after, status=wanted, merchant_reference=reference
+            )
+        if rows is None:
+            raise unknown_cursor("collections")
+        now = self._deps.clock.now()
+        return page_of(rows, limit, lambda row: self._public(row, merchant, now))
+
     def _public(self, collection: models.Collection, merchant: Merchant, now: int) -> Collection:
         return collection_from(
             collection,
@@ -338,7 +387,7 @@ class Collect:
             invoice=invoice,
         )
 
-    def _options(self, collection: models.Collection, merchant: Merchant) -> list[PaymentOption]:
+    def _options(self, collection: models.Collection, merchant: Merchant) -> builtins.list[PaymentOption]:
         cat = self._deps.catalogue
         source = cat.currencies[collection.requested_currency]
         options = []
@@ -436,7 +485,7 @@ class Collect:
         """Send a due prompt, or ask the network about a prompt already sent, or expire a checkout."""
         self._runner.run_one(reference)
 
-    def due(self, tx: Transaction, now: int, limit: int) -> list[Due]:
+    def due(self, tx: Transaction, now: int, limit: int) -> builtins.list[Due]:
         return [Due(key=c.reference, lane=c.reference) for c in tx.collections.due(now, limit)]
 
     def claim(self, tx: Transaction, key: str, now: int) -> models.Collection | None:
@@ -474,6 +523,7 @@ class Collect:
             return False  # another worker moved it meanwhile
         if outcome.submitted:  # the prompt is out: PROCESSING, and its status is asked at once
             tx.collections.update(current.start_processing(now, current.next_check_at or now))
+            self._tell(CollectionStatus.PROCESSING)
             return True
         result = outcome.result
         timeout_at = (claim.submitted_at or 0) + self._deps.config.prompt_timeout_seconds * 1000
@@ -512,6 +562,7 @@ class Collect:
             now=now,
         )
         tx.collections.update(settled)
+        self._tell(settled.status)
         self._emit(tx, settled, "collect.succeeded", now)
 
     def _fail(
@@ -519,7 +570,12 @@ class Collect:
     ) -> None:
         failed = current.fail(category, reason, now)
         tx.collections.update(failed)
+        self._tell(failed.status)
         self._emit(tx, failed, "collect.failed", now)
+
+    def _tell(self, status: CollectionStatus) -> None:
+        """Inside the write transaction: the observer hears of ``status`` once it commits."""
+        self._deps.tell(lambda observer: observer.collection_status(status))
 
     def _emit(self, tx: Transaction, collection: models.Collection, event_type: str, now: int) -> None:
         deps = self._deps

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import attrs
@@ -9,6 +13,7 @@ import attrs
 from paymentcore._models import Event, Merchant
 from paymentcore.catalogue import Catalogue
 from paymentcore.config import Config
+from paymentcore.observe import Observer
 from paymentcore.ports import (
     Clock,
     Network,
@@ -19,6 +24,8 @@ from paymentcore.ports import (
     Transaction,
     WebhookSender,
 )
+
+_log = logging.getLogger("paymentcore")
 
 
 @attrs.define
@@ -32,6 +39,40 @@ class Deps:
     secret_box: SecretBox
     resolver: Resolver
     sender: WebhookSender | None = None
+    observer: Observer = attrs.field(factory=Observer)
+    _told: threading.local = attrs.field(factory=threading.local, init=False, repr=False)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Transaction]:
+        """``store.transaction()``, and what :meth:`tell` is given inside reaches the observer once it
+        has committed (nothing when it rolls back)."""
+        stack: list[list[Callable[[Observer], None]]] = self._told.__dict__.setdefault("stack", [])
+        notes: list[Callable[[Observer], None]] = []
+        stack.append(notes)
+        try:
+            with self.store.transaction() as tx:
+                yield tx
+        finally:
+            stack.pop()
+        for note in notes:
+            try:
+                note(self.observer)
+            except Exception:  # an observer never breaks the work it watches
+                _log.exception("the observer failed")
+
+    def tell(self, note: Callable[[Observer], None]) -> None:
+        """Inside :meth:`transaction`: call ``note(observer)`` once that transaction has committed."""
+        stack: list[list[Callable[[Observer], None]]] | None = getattr(self._told, "stack", None)
+        if not stack:
+            raise RuntimeError("Deps.tell outside Deps.transaction: the change would be told uncommitted")
+        stack[-1].append(note)
+
+    def observe(self, note: Callable[[Observer], None]) -> None:
+        """Call ``note(observer)`` now (for what is not a database change: a delivery attempt)."""
+        try:
+            note(self.observer)
+        except Exception:
+            _log.exception("the observer failed")
 
     def webhook_sender(self) -> WebhookSender:
         """The configured sender; the httpx one is made on first use (httpx is not loaded before)."""

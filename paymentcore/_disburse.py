@@ -13,6 +13,7 @@ posts or releases it, and every later attempt is refused.
 
 from __future__ import annotations
 
+import builtins
 from decimal import Decimal
 from typing import Any
 
@@ -26,6 +27,15 @@ from paymentcore._fields import optional_text, required_text, required_value
 from paymentcore._idempotency import Idempotency, check_key, fingerprint
 from paymentcore._models import PayoutStatus
 from paymentcore._money import parse_amount, to_decimal
+from paymentcore._pages import (
+    DEFAULT_LIMIT,
+    check_cursor,
+    check_limit,
+    check_member,
+    check_text,
+    page_of,
+    unknown_cursor,
+)
 from paymentcore._policy import (
     DAY_MS,
     REVIEW_REASON,
@@ -38,7 +48,7 @@ from paymentcore._policy import (
     held_for_review,
 )
 from paymentcore._queries import payout_is_due
-from paymentcore._records import Payout, PayoutAllowance, dump, load, payout_from
+from paymentcore._records import Page, Payout, PayoutAllowance, dump, load, payout_from
 from paymentcore._work import Due, Runner
 from paymentcore.errors import (
     CapabilityDisabledError,
@@ -64,7 +74,14 @@ class Disburse:
     def __init__(self, deps: Deps, idempotency: Idempotency) -> None:
         self._deps = deps
         self._idem = idempotency
-        self._runner: Runner[models.Payout, _NetworkAnswer] = Runner(self, deps.store, deps.clock)
+        self._runner: Runner[models.Payout, _NetworkAnswer] = Runner(
+            self,
+            deps.store,
+            deps.clock,
+            kind="payouts",
+            lease_ms=deps.config.dispatch_lease_seconds * 1000,
+            write=deps.transaction,
+        )
 
     @property
     def runner(self) -> Runner[models.Payout, _NetworkAnswer]:
@@ -110,7 +127,7 @@ class Disburse:
                 "merchant_reference": merchant_reference,
             },
         )
-        with deps.store.transaction() as tx:
+        with deps.transaction() as tx:
             now = deps.clock.now()
             replay = self._replay(tx, merchant_id, key, print_, now)
             if replay is not None:  # the original answer, whatever changed since
@@ -175,6 +192,7 @@ class Disburse:
                 next_check_at=None if held else now,
             )
             tx.payouts.add(payout)
+            self._tell(payout.status)
             record = payout_from(payout, catalogue=cat)
             self._idem.save(tx, merchant_id, key, print_, dump(record), now)
             return record
@@ -205,6 +223,33 @@ class Disburse:
         if payout is None or payout.merchant_id != merchant_id:
             raise NotFoundError("No such payout on this account.")
         return payout_from(payout, catalogue=self._deps.catalogue)
+
+    def list(
+        self,
+        merchant_id: str,
+        *,
+        limit: int = DEFAULT_LIMIT,
+        starting_after: str | None = None,
+        status: PayoutStatus | None = None,
+        merchant_reference: str | None = None,
+    ) -> Page[Payout]:
+        """The merchant's payouts, newest first, ``limit`` (1 to 100) at a time.
+
+        ``starting_after`` is the reference of the previous page's last payout; one that is not the
+        merchant's raises InvalidRequestError (param ``starting_after``). ``status`` and
+        ``merchant_reference`` keep only the payouts that have them.
+        """
+        limit = check_limit(limit)
+        after = check_cursor(starting_after)
+        wanted = check_member(status, PayoutStatus, "status")
+        reference = check_text(merchant_reference, "merchant_reference", max_length=120)
+        with self._deps.store.read() as tx:
+            rows = tx.payouts.page(
+                merchant_id, limit=limit + 1, after=after, status=wanted, merchant_reference=reference
+            )
+        if rows is None:
+            raise unknown_cursor("payouts")
+        return page_of(rows, limit, self._public)
 
     def _public(self, payout: models.Payout) -> Payout:
         return payout_from(payout, catalogue=self._deps.catalogue)
@@ -261,7 +306,7 @@ class Disburse:
     def release(self, reference: str) -> Payout:
         """Review release: the held payout goes to the network at once (SENT, or FAILED if refused)."""
         deps = self._deps
-        with deps.store.transaction() as tx:
+        with deps.transaction() as tx:
             payout = self._require(tx, reference)
             tx.payouts.update(payout.release_from_review(deps.clock.now()))
         self.advance(reference)
@@ -270,12 +315,13 @@ class Disburse:
     def reject(self, reference: str) -> Payout:
         """Review decline: REJECTED, the reservation released, event disburse.failed."""
         deps = self._deps
-        with deps.store.transaction() as tx:
+        with deps.transaction() as tx:
             payout = self._require(tx, reference)
             now = deps.clock.now()
             rejected = payout.reject(now)
             self._move_money(tx, payout, ledger.release, now)
             tx.payouts.update(rejected)
+            self._tell(rejected.status)
             self._emit(tx, rejected, "disburse.failed", now)
             return self._public(rejected)
 
@@ -290,7 +336,7 @@ class Disburse:
                 + "; only an unresolved FAILED or SENT payout can be resolved."
             )
         moved = deps.network.money_moved(_request_of(payout))
-        with deps.store.transaction() as tx:
+        with deps.transaction() as tx:
             current = self._require(tx, reference)
             if current.resolution is not None or current.status is not payout.status:
                 raise InvalidTransitionError(f"Payout {reference} changed meanwhile; nothing was done.")
@@ -300,6 +346,8 @@ class Disburse:
             resolved = current.resolve_released(now)
             self._move_money(tx, current, ledger.release, now)
             tx.payouts.update(resolved)
+            if resolved.status is not current.status:  # SENT -> FAILED; a FAILED one stays FAILED
+                self._tell(resolved.status)
             if current.status is PayoutStatus.SENT:
                 self._emit(tx, resolved, "disburse.failed", now)
             return self._public(resolved)
@@ -313,7 +361,7 @@ class Disburse:
         """Dispatch a due PENDING payout, or ask the network about a SENT one."""
         self._runner.run_one(reference)
 
-    def due(self, tx: Transaction, now: int, limit: int) -> list[Due]:
+    def due(self, tx: Transaction, now: int, limit: int) -> builtins.list[Due]:
         return [Due(key=payout.reference, lane=payout.reference) for payout in tx.payouts.due(now, limit)]
 
     def claim(self, tx: Transaction, key: str, now: int) -> models.Payout | None:
@@ -354,6 +402,7 @@ class Disburse:
             return False
         sent = payout.mark_sent(now, provider_reference=result.provider_reference, next_check_at=now)
         tx.payouts.update(sent)
+        self._tell(sent.status)
         self._emit(tx, sent, "disburse.sent", now)
         return True
 
@@ -377,6 +426,7 @@ class Disburse:
         paid = payout.mark_paid(now)
         self._move_money(tx, payout, ledger.post, now)
         tx.payouts.update(paid)
+        self._tell(paid.status)
         self._emit(tx, paid, "disburse.succeeded", now)
         return paid
 
@@ -384,6 +434,7 @@ class Disburse:
         """PENDING or SENT -> FAILED: the money stays reserved until the payout is resolved."""
         failed = payout.mark_failed(reason, now)
         tx.payouts.update(failed)
+        self._tell(failed.status)
         self._emit(tx, failed, "disburse.failed", now)
 
     def _move_money(self, tx: Transaction, payout: models.Payout, movement: Any, now: int) -> None:
@@ -406,6 +457,10 @@ class Disburse:
             render.payout_event_data(payout, catalogue=self._deps.catalogue),
             now,
         )
+
+    def _tell(self, status: PayoutStatus) -> None:
+        """Inside the write transaction: the observer hears of ``status`` once it commits."""
+        self._deps.tell(lambda observer: observer.payout_status(status))
 
     @staticmethod
     def _require(tx: Transaction, reference: str) -> models.Payout:

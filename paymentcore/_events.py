@@ -14,8 +14,9 @@ The ``X-Service-Event`` header is not covered by the signature (only the timesta
 So that an altered header cannot turn, say, a failed payment into ``collect.succeeded``, the name of a
 known event must agree with what the signed body says: the record's ``status`` (``SUCCESS`` for
 ``collect.succeeded``, ``PAID`` for ``disburse.succeeded``, ...) and, for payouts, the body's own
-``event`` field. A disagreement raises :class:`WebhookVerificationError`, as does a body that is not a
-JSON object or lacks the fields every event has. An unknown but well-formed name is kept as it is.
+``event`` field. A disagreement raises :class:`WebhookVerificationError`, as does an
+``X-Service-Event-Id`` header other than the body's ``eventId``, or a body that is not a JSON object or
+lacks the fields every event has. An unknown but well-formed name is kept as it is.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import attrs
 from paymentcore._money import parse_json
 from paymentcore._signing import (
     EVENT_HEADER,
+    EVENT_ID_HEADER,
     TOLERANCE_SECONDS,
     WebhookVerificationError,
     verify_webhook,
@@ -171,6 +173,11 @@ def construct_event(
         raise WebhookVerificationError(f"the event name {name!r} disagrees with the signed status {status!r}")
 
     event_id = document.get("eventId")
+    header_id = _header(headers, EVENT_ID_HEADER)
+    if header_id is not None and isinstance(event_id, str) and header_id != event_id:
+        raise WebhookVerificationError(
+            f"the X-Service-Event-Id header ({header_id[:40]!r}) disagrees with the signed body's eventId"
+        )
     return WebhookEvent(
         id=event_id if isinstance(event_id, str) else None,
         type=event_type,

@@ -22,6 +22,7 @@ import attrs
 
 from paymentcore._models import Balance, LedgerEntry, LedgerLeg
 from paymentcore._money import minor_to_decimal
+from paymentcore._records import LedgerItemType
 from paymentcore.errors import InsufficientBalanceError
 from paymentcore.ports import Transaction
 
@@ -34,32 +35,30 @@ def _account(merchant_id: str, name: str) -> str:
     return f"merchant:{merchant_id}:{name}"
 
 
-def _write(
+def _journal(
     tx: Transaction,
     *,
     entry_id: str,
-    balance: Balance,
+    merchant_id: str,
+    currency: str,
     kind: str,
     reference: str,
     legs: tuple[LedgerLeg, ...],
     now: int,
-    new_balance: Balance,
-) -> Balance:
+) -> None:
     if sum(leg.amount for leg in legs) != 0:
         raise LedgerInvariantError(f"entry {entry_id} does not balance")
     tx.ledger.append(
         LedgerEntry(
             id=entry_id,
-            merchant_id=balance.merchant_id,
-            currency=balance.currency,
+            merchant_id=merchant_id,
+            currency=currency,
             kind=kind,
             reference=reference,
             legs=legs,
             created_at=now,
         )
     )
-    tx.ledger.put_balance(new_balance)
-    return new_balance
 
 
 def credit(
@@ -75,23 +74,20 @@ def credit(
 ) -> Balance:
     if net < 0 or fee < 0 or net + fee <= 0:
         raise ValueError("a credit moves a positive amount")
-    balance = tx.ledger.balance(merchant_id, currency)
     legs = [
         LedgerLeg("network", -(net + fee)),
         LedgerLeg(_account(merchant_id, "available"), net),
     ]
     if fee:
         legs.append(LedgerLeg("fees", fee))
-    return _write(
-        tx,
-        entry_id=entry_id,
-        balance=balance,
-        kind="credit",
-        reference=reference,
-        legs=tuple(legs),
-        now=now,
-        new_balance=attrs.evolve(balance, available=balance.available + net, credited=balance.credited + net),
-    )
+    _journal(
+        tx, entry_id=entry_id, merchant_id=merchant_id, currency=currency, kind="credit",
+        reference=reference, legs=tuple(legs), now=now,
+    )  # fmt: skip
+    balance = tx.ledger.move(merchant_id, currency, available=net, credited=net)
+    if balance is None:  # adding never goes below zero
+        raise LedgerInvariantError(f"credit of {net} refused by the store")
+    return balance
 
 
 def _move(
@@ -107,28 +103,26 @@ def _move(
     source: str,
     target: str,
 ) -> Balance:
-    """Move ``amount`` between two of the merchant's accounts (available, reserved, paid_out)."""
+    """Move ``amount`` between two of the merchant's accounts (available, reserved, paid_out).
+
+    One conditional step in the store (``tx.ledger.move``): the source is debited only if it holds the
+    amount, so two movements racing on one balance can never take the same money twice.
+    """
     if amount <= 0:
         raise ValueError(f"a {kind} moves a positive amount")
-    balance = tx.ledger.balance(merchant_id, currency)
-    held: int = getattr(balance, source)
-    if held < amount:
+    moved = tx.ledger.move(merchant_id, currency, **{source: -amount, target: amount})
+    if moved is None:
+        held: int = getattr(tx.ledger.balance(merchant_id, currency), source)
         raise LedgerInvariantError(f"{kind} of {amount} with only {held} in {source}")
     legs = (
         LedgerLeg(_account(merchant_id, source), -amount),
         LedgerLeg(_account(merchant_id, target), amount),
     )
-    moved = attrs.evolve(balance, **{source: held - amount, target: getattr(balance, target) + amount})
-    return _write(
-        tx,
-        entry_id=entry_id,
-        balance=balance,
-        kind=kind,
-        reference=reference,
-        legs=legs,
-        now=now,
-        new_balance=moved,
-    )
+    _journal(
+        tx, entry_id=entry_id, merchant_id=merchant_id, currency=currency, kind=kind,
+        reference=reference, legs=legs, now=now,
+    )  # fmt: skip
+    return moved
 
 
 def reserve(
@@ -142,19 +136,22 @@ def reserve(
     now: int,
     decimals: int,
 ) -> Balance:
-    """A payout is created: available -> reserved, or INSUFFICIENT_BALANCE."""
-    available = tx.ledger.balance(merchant_id, currency).available
-    if available < amount:
-        have, need = minor_to_decimal(available, decimals), minor_to_decimal(amount, decimals)
-        raise InsufficientBalanceError(
-            f"The available {currency} balance is {have}; this payout needs {need}.",
-            param="amount",
-            details={"available": have, "required": need, "currency": currency},
-        )
-    return _move(
-        tx, entry_id=entry_id, merchant_id=merchant_id, currency=currency, amount=amount,
-        reference=reference, now=now, kind="reserve", source="available", target="reserved",
-    )  # fmt: skip
+    """A payout is created: available -> reserved, or INSUFFICIENT_BALANCE (and nothing moves)."""
+    try:
+        return _move(
+            tx, entry_id=entry_id, merchant_id=merchant_id, currency=currency, amount=amount,
+            reference=reference, now=now, kind="reserve", source="available", target="reserved",
+        )  # fmt: skip
+    except LedgerInvariantError:
+        available = tx.ledger.balance(merchant_id, currency).available
+        if available >= amount:
+            raise
+    have, need = minor_to_decimal(available, decimals), minor_to_decimal(amount, decimals)
+    raise InsufficientBalanceError(
+        f"The available {currency} balance is {have}; this payout needs {need}.",
+        param="amount",
+        details={"available": have, "required": need, "currency": currency},
+    )
 
 
 def post(
@@ -221,3 +218,82 @@ def check_invariant(tx: Transaction, merchant_id: str, currency: str) -> Balance
     if derived.available < 0 or derived.reserved < 0:
         raise LedgerInvariantError(f"negative balance: {derived}")
     return derived
+
+
+# --- the history of a balance ----------------------------------------------------------------------
+
+#: what each kind of entry is, as the merchant sees it
+ITEM_TYPES = {
+    "credit": LedgerItemType.COLLECTION_SETTLED,
+    "reserve": LedgerItemType.PAYOUT_RESERVED,
+    "post": LedgerItemType.PAYOUT_PAID,
+    "release": LedgerItemType.PAYOUT_RELEASED,
+}
+_WALK = 500  # entries read at a time when walking back from the current balance
+
+
+@attrs.frozen
+class Movement:
+    """What one entry did to the merchant's ``available`` and ``reserved`` accounts (minor units)."""
+
+    available: int
+    reserved: int
+
+    @classmethod
+    def of(cls, entry: LedgerEntry) -> Movement:
+        available = reserved = 0
+        for leg in entry.legs:
+            if leg.account == _account(entry.merchant_id, "available"):
+                available += leg.amount
+            elif leg.account == _account(entry.merchant_id, "reserved"):
+                reserved += leg.amount
+        return cls(available=available, reserved=reserved)
+
+    def signed_amount(self, kind: str) -> int:
+        """The item's ``amount``: the change to reserved for a post (the money left), else to available
+        (see :class:`paymentcore.LedgerItem`)."""
+        return self.reserved if kind == "post" else self.available
+
+
+@attrs.frozen
+class HistoryLine:
+    """An entry of the journal with the balance right after it."""
+
+    entry: LedgerEntry
+    movement: Movement
+    available: int
+    reserved: int
+
+
+def history(
+    tx: Transaction, merchant_id: str, currency: str, *, limit: int, after: str | None
+) -> list[HistoryLine] | None:
+    """Up to ``limit`` entries of the account, newest first, after the entry ``after``, each with the
+    balance right after it; None when ``after`` is not an entry of this account.
+
+    The balance after the newest entry is the stored balance; each older one is found by undoing the
+    entries in between, so a page costs the entries from the newest down to it, not the whole journal.
+    """
+    rows = tx.ledger.page(merchant_id, currency, limit=limit, after=after)
+    if rows is None:
+        return None
+    balance = tx.ledger.balance(merchant_id, currency)
+    available, reserved = balance.available, balance.reserved
+    if after is not None:  # undo every entry from the newest down to ``after`` itself
+        cursor: str | None = None
+        while cursor != after:
+            newer = tx.ledger.page(merchant_id, currency, limit=_WALK, after=cursor)
+            if not newer:
+                raise LedgerInvariantError(f"entry {after} vanished while its history was read")
+            for entry in newer:
+                moved = Movement.of(entry)
+                available, reserved = available - moved.available, reserved - moved.reserved
+                cursor = entry.id
+                if cursor == after:
+                    break
+    lines = []
+    for entry in rows:
+        moved = Movement.of(entry)
+        lines.append(HistoryLine(entry, moved, available, reserved))
+        available, reserved = available - moved.available, reserved - moved.reserved
+    return lines

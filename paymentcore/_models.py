@@ -377,6 +377,23 @@ class Event:
     next_attempt_at: int = 0
     last_error: str | None = None
     delivered_at: int | None = None
+    redeliveries: int = 0  # manual redeliveries made (``Webhooks.resend``), beside the ``attempts``
+    sent_as: str | None = None  # the event name of the latest attempt (legacy or current)
+    resend_at: int | None = None  # a queued manual redelivery is due then (or leased until then)
+
+
+@attrs.frozen
+class Delivery:
+    """One delivery attempt of an event, written with the attempt's outcome."""
+
+    id: str
+    event_id: str
+    at: int  # when the attempt was made
+    name: str  # the event name sent in X-Service-Event
+    response_status: int | None  # the HTTP status answered; None when no response came
+    error: str | None
+    duration_ms: int
+    resent: bool = False  # a manual redelivery (``Webhooks.resend``), not a scheduled attempt
 
 
 @attrs.frozen

@@ -11,11 +11,13 @@ from typing import Any
 
 import attrs
 
+from paymentcore import _ledger as ledger
 from paymentcore._access import hash_key, new_secret
 from paymentcore._deps import Deps, require_merchant
 from paymentcore._models import ApiKey, Merchant, MerchantStatus, PayoutLimits, Scope, Settings
 from paymentcore._money import to_decimal
-from paymentcore._records import MerchantBalance
+from paymentcore._pages import DEFAULT_LIMIT, check_cursor, check_limit, page_of, unknown_cursor
+from paymentcore._records import LedgerItem, MerchantBalance, Page, from_ms
 from paymentcore.errors import InvalidRequestError, NotFoundError
 
 UNSET: Any = object()
@@ -252,6 +254,45 @@ class Operator:
                 )
             )
         return result
+
+    def ledger(
+        self,
+        merchant_id: str,
+        currency: str,
+        *,
+        limit: int = DEFAULT_LIMIT,
+        starting_after: str | None = None,
+    ) -> Page[LedgerItem]:
+        """The history of the merchant's balance in ``currency``, newest first: one item per movement,
+        with the available and reserved balance right after it.
+
+        Applying the items from the oldest on (:meth:`LedgerItem.apply`) ends at the current balance.
+        ``starting_after`` is the id of the previous page's last item. An unknown (or checkout-only)
+        currency raises UnknownCurrencyError.
+        """
+        cur = self._deps.catalogue.currency(currency, settleable=True)
+        limit = check_limit(limit)
+        after = check_cursor(starting_after)
+        with self._deps.store.read() as tx:
+            require_merchant(tx, merchant_id)
+            lines = ledger.history(tx, merchant_id, cur.code, limit=limit + 1, after=after)
+        if lines is None:
+            raise unknown_cursor(f"{cur.code} ledger items")
+
+        def item(line: ledger.HistoryLine) -> LedgerItem:
+            entry = line.entry
+            return LedgerItem(
+                id=entry.id,
+                created_at=from_ms(entry.created_at),
+                type=ledger.ITEM_TYPES[entry.kind],
+                reference=entry.reference,
+                currency=cur.code,
+                amount=to_decimal(line.movement.signed_amount(entry.kind), cur),
+                available=to_decimal(line.available, cur),
+                reserved=to_decimal(line.reserved, cur),
+            )
+
+        return page_of(lines, limit, item)
 
 
 def _ceiling(value: int, name: str) -> int:

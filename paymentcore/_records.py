@@ -8,9 +8,11 @@ answer is kept and replayed.
 
 from __future__ import annotations
 
+import enum
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import attrs
 import cattrs
@@ -22,7 +24,14 @@ from paymentcore.catalogue import Catalogue
 
 __all__ = [
     "Collection",
+    "EventDelivery",
+    "EventDeliveryStatus",
+    "EventRecord",
+    "EventSummary",
+    "LedgerItem",
+    "LedgerItemType",
     "MerchantBalance",
+    "Page",
     "Payout",
     "PayoutAllowance",
     "WebhookRegistration",
@@ -243,3 +252,113 @@ class MerchantBalance:
     currency: str
     available: Decimal
     reserved: Decimal
+
+
+# --- lists: one page of records, the ledger's history, events and their deliveries ------------------
+
+T = TypeVar("T")
+
+
+@attrs.frozen
+class Page(Generic[T]):
+    """One page of a list, newest first: at most ``limit`` items, and whether more follow.
+
+    Ask for the next page with ``starting_after`` set to the last item's ``reference`` (payouts,
+    collections) or ``id`` (ledger items, events). Records created meanwhile are newer, so they never
+    shift a later page: paging on never skips or repeats an item.
+    """
+
+    data: tuple[T, ...]
+    has_more: bool
+
+
+class LedgerItemType(enum.Enum):
+    """What moved a balance (the ledger's movements, as the merchant sees them)."""
+
+    COLLECTION_SETTLED = "COLLECTION_SETTLED"  # a collection's net amount credited: available +
+    PAYOUT_RESERVED = "PAYOUT_RESERVED"  # a payout created: available -, reserved +
+    PAYOUT_PAID = "PAYOUT_PAID"  # a payout paid: reserved -, the money left
+    PAYOUT_RELEASED = "PAYOUT_RELEASED"  # a payout rejected or resolved unpaid: reserved -, available +
+
+
+@attrs.frozen
+class LedgerItem:
+    """One movement of a merchant's balance in one currency, and the balance right after it.
+
+    ``amount`` is signed: for ``PAYOUT_PAID`` it is the change to ``reserved`` (negative: the money
+    left), for every other type the change to ``available`` (so ``PAYOUT_RESERVED`` is negative and its
+    opposite is added to ``reserved``; ``PAYOUT_RELEASED`` positive and taken from ``reserved``).
+    :meth:`apply` is that rule: applied from the oldest item on, it ends at the current balance.
+    """
+
+    id: str
+    created_at: datetime
+    type: LedgerItemType
+    reference: str  # the collection (REQ-...) or payout (PO-...) behind the movement
+    currency: str
+    amount: Decimal
+    available: Decimal
+    reserved: Decimal
+
+    def apply(self, available: Decimal, reserved: Decimal) -> tuple[Decimal, Decimal]:
+        """The balance after this movement, given the balance before it."""
+        if self.type is LedgerItemType.PAYOUT_PAID:
+            return available, reserved + self.amount
+        if self.type is LedgerItemType.COLLECTION_SETTLED:
+            return available + self.amount, reserved
+        return available + self.amount, reserved - self.amount
+
+
+class EventDeliveryStatus(enum.Enum):
+    """Where an event's delivery stands."""
+
+    PENDING = "PENDING"  # not delivered yet; attempts may be under way or scheduled
+    DELIVERED = "DELIVERED"  # an attempt was answered with 2xx
+    FAILED = "FAILED"  # every attempt failed, or there was no active endpoint to send it to
+
+
+@attrs.frozen
+class EventDelivery:
+    """One delivery attempt of an event. ``resent`` marks a manual redelivery (``webhooks.resend``)."""
+
+    at: datetime
+    response_status: int | None  # None when no response came (timeout, refused connection, ...)
+    error: str | None  # None when the attempt succeeded
+    duration_ms: int
+    resent: bool = False
+
+
+@attrs.frozen
+class EventSummary:
+    """A webhook event written for the merchant, and where its delivery stands.
+
+    ``type`` is the current name (``collect.succeeded``), ``name`` the name as delivered (a legacy one,
+    such as ``payment.succeeded``, for an endpoint registered for legacy names). ``attempts`` counts
+    every delivery attempt, manual redeliveries included.
+    """
+
+    id: str
+    type: str
+    name: str
+    reference: str
+    created_at: datetime
+    delivery_status: EventDeliveryStatus
+    attempts: int
+
+
+@attrs.frozen
+class EventRecord:
+    """An event with its body and every delivery attempt (oldest first).
+
+    ``payload`` is the JSON body as signed and sent (numbers as ``Decimal`` or ``int``), read-only.
+    """
+
+    id: str
+    type: str
+    name: str
+    reference: str
+    created_at: datetime
+    delivery_status: EventDeliveryStatus
+    attempts: int
+    payload: Mapping[str, Any] = attrs.field(hash=False)
+    deliveries: tuple[EventDelivery, ...]

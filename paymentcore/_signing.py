@@ -14,6 +14,7 @@ from collections.abc import Mapping
 SIGNATURE_HEADER = "X-Service-Signature"
 TIMESTAMP_HEADER = "X-Service-Timestamp"
 EVENT_HEADER = "X-Service-Event"
+EVENT_ID_HEADER = "X-Service-Event-Id"  # the event's stable id, the same on every attempt (not signed)
 TOLERANCE_SECONDS = 300
 
 

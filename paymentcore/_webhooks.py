@@ -6,13 +6,22 @@ the URL again and connects to the checked address, signs the body afresh with th
 timestamp, and records the outcome. A failed attempt is retried after ``Config.webhook_retry_delays``
 (with jitter; a 429/503 Retry-After is honoured when longer). An event whose every attempt failed is a
 *failed event*; ``Config.auto_disable_after`` (10) consecutive failed events disable the endpoint.
+
+Every attempt is recorded (``tx.deliveries``) in the transaction that records its outcome. A merchant
+can read its events and their attempts, and ask for one more delivery of an event (:meth:`Webhooks.resend`):
+the redelivery is queued on the event (``Event.resend_at``) and sent by the same worker, to the endpoint
+registered when it is sent, outside the event's retry schedule and without counting toward auto-disable.
 """
 
 from __future__ import annotations
 
+import copy
 import random
 import secrets
+import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
+from types import MappingProxyType
 from typing import Any
 
 import attrs
@@ -21,10 +30,34 @@ from paymentcore import wire
 from paymentcore._deps import Deps, require_merchant
 from paymentcore._fields import required_text
 from paymentcore._idempotency import Idempotency, check_key, fingerprint
-from paymentcore._models import DeliveryStatus, Event, WebhookEndpoint
+from paymentcore._models import Delivery, DeliveryStatus, Event, WebhookEndpoint
+from paymentcore._pages import (
+    DEFAULT_LIMIT,
+    check_cursor,
+    check_limit,
+    check_member,
+    page_of,
+    unknown_cursor,
+)
 from paymentcore._queries import event_is_due
-from paymentcore._records import WebhookRegistration, WebhookSettings, converter, from_ms
-from paymentcore._signing import EVENT_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, signature
+from paymentcore._records import (
+    EventDelivery,
+    EventDeliveryStatus,
+    EventRecord,
+    EventSummary,
+    Page,
+    WebhookRegistration,
+    WebhookSettings,
+    converter,
+    from_ms,
+)
+from paymentcore._signing import (
+    EVENT_HEADER,
+    EVENT_ID_HEADER,
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    signature,
+)
 from paymentcore._urlsafety import UnsafeUrlError, check_webhook_url
 from paymentcore._work import Due, Runner
 from paymentcore.errors import InvalidRequestError, NotFoundError
@@ -37,7 +70,21 @@ LEGACY_NAMES = {
     "disburse.succeeded": "payout.paid",
     "disburse.failed": "payout.failed",
 }
+CURRENT_OF = {legacy: current for current, legacy in LEGACY_NAMES.items()}
 DISABLED_REASON = "Disabled after {n} consecutive failed events."
+
+#: how a stored delivery status shows (an event skipped for want of an active endpoint has failed) ...
+_SHOWN = {
+    DeliveryStatus.PENDING: EventDeliveryStatus.PENDING,
+    DeliveryStatus.DELIVERED: EventDeliveryStatus.DELIVERED,
+    DeliveryStatus.FAILED: EventDeliveryStatus.FAILED,
+    DeliveryStatus.SKIPPED: EventDeliveryStatus.FAILED,
+}
+#: ... and the stored statuses a filter on a shown one selects
+_STORED = {
+    shown: frozenset(stored for stored, as_shown in _SHOWN.items() if as_shown is shown)
+    for shown in EventDeliveryStatus
+}
 
 
 def event_name(event_type: str, events: str) -> str:
@@ -51,22 +98,45 @@ def event_body(event: Event, name: str) -> dict[str, Any]:
     return {"event": name, "data": event.data, "eventId": event.id}
 
 
+def event_reference(event: Event) -> str:
+    """The collection (``invoiceReference``) or payout (``reference``) an event is about."""
+    return str(event.data.get("invoiceReference", event.data.get("reference", "")))
+
+
 @attrs.frozen
 class _Attempt:
-    """A claimed delivery: the event and the endpoint it goes to."""
+    """A claimed delivery: the event and the endpoint it goes to; ``resend`` for a manual redelivery."""
 
     event: Event
     endpoint: WebhookEndpoint
+    resend: bool = False
+
+
+@attrs.frozen
+class _Sent:
+    """What one attempt learnt: the receiver's answer, the name sent, when, and how long the send took."""
+
+    result: DeliveryResult
+    name: str
+    at: int
+    duration_ms: int
 
 
 class Webhooks:
     def __init__(self, deps: Deps, idempotency: Idempotency) -> None:
         self._deps = deps
         self._idem = idempotency
-        self._runner: Runner[_Attempt, DeliveryResult] = Runner(self, deps.store, deps.clock)
+        self._runner: Runner[_Attempt, _Sent] = Runner(
+            self,
+            deps.store,
+            deps.clock,
+            kind="deliveries",
+            lease_ms=deps.config.dispatch_lease_seconds * 1000,
+            write=deps.transaction,
+        )
 
     @property
-    def runner(self) -> Runner[_Attempt, DeliveryResult]:
+    def runner(self) -> Runner[_Attempt, _Sent]:
         """This service's background work, for the worker (:meth:`PaymentCore.start_worker`)."""
         return self._runner
 
@@ -159,28 +229,120 @@ class Webhooks:
         return self._runner.run_due(limit)
 
     def deliver(self, event_id: str) -> DeliveryResult | None:
-        """One delivery attempt of a due event; None when there was nothing to attempt."""
-        return self._runner.run_one(event_id)
+        """One delivery attempt of a due event (or its queued redelivery); None when there was nothing
+        to attempt."""
+        sent = self._runner.run_one(event_id)
+        return None if sent is None else sent.result
+
+    # --- the merchant's events -------------------------------------------------------------------
+
+    def events(
+        self,
+        merchant_id: str,
+        *,
+        limit: int = DEFAULT_LIMIT,
+        starting_after: str | None = None,
+        type: str | None = None,
+        delivery_status: EventDeliveryStatus | None = None,
+    ) -> Page[EventSummary]:
+        """The events written for the merchant, newest first, ``limit`` (1 to 100) at a time.
+
+        ``type`` keeps one kind of event, named by its current or its legacy name; ``delivery_status``
+        keeps the events whose delivery stands there. ``starting_after`` is the id of the previous
+        page's last event.
+        """
+        limit = check_limit(limit)
+        after = check_cursor(starting_after)
+        event_type = _check_type(type)
+        wanted = check_member(delivery_status, EventDeliveryStatus, "delivery_status")
+        with self._deps.store.read() as tx:
+            endpoint = tx.webhooks.get(merchant_id)
+            rows = tx.outbox.page(
+                merchant_id,
+                limit=limit + 1,
+                after=after,
+                event_type=event_type,
+                statuses=None if wanted is None else _STORED[wanted],
+            )
+        if rows is None:
+            raise unknown_cursor("events")
+        return page_of(rows, limit, lambda event: _summary(event, endpoint))
+
+    def event(self, merchant_id: str, event_id: str) -> EventRecord:
+        """One of the merchant's events, with its body and every delivery attempt; NotFoundError for an
+        unknown id and for another merchant's alike."""
+        with self._deps.store.read() as tx:
+            event = _own(tx, merchant_id, event_id)
+            return _record_of(tx, event, tx.webhooks.get(merchant_id))
+
+    def resend(self, merchant_id: str, event_id: str, *, idempotency_key: str | None = None) -> EventRecord:
+        """Queue one more delivery of the event, whatever its status, and answer the event.
+
+        The worker sends it (soon: at its next round) to the endpoint registered then, with the same body,
+        ``eventId`` and ``X-Service-Event-Id``, signed afresh; the URL is checked again before it goes.
+        It is recorded as a delivery attempt of the event (``resent``), leaves the event's retry schedule
+        and the endpoint's failure count alone, and when it succeeds a FAILED event becomes DELIVERED.
+        A resend while an earlier one of the event is still queued or under way adds nothing. Refused
+        with InvalidRequestError while no endpoint is registered.
+        """
+        deps = self._deps
+        key = check_key(idempotency_key)
+        print_ = fingerprint("event.resend", {"event": event_id})
+        with deps.transaction() as tx:
+            now = deps.clock.now()
+            kept = self._idem.lookup(tx, merchant_id, key, print_, now)
+            if kept is not None:
+                return _load_record(kept)
+            event = _own(tx, merchant_id, event_id)
+            endpoint = tx.webhooks.get(merchant_id)
+            if endpoint is None:
+                raise InvalidRequestError(
+                    "No webhook endpoint is registered for this account: register one to resend events to."
+                )
+            if event.resend_at is None:
+                event = attrs.evolve(event, resend_at=now)
+                tx.outbox.update(event)
+            record = _record_of(tx, event, endpoint)
+            self._idem.save(tx, merchant_id, key, print_, _dump_record(record), now)
+            return record
 
     # the Task of paymentcore._work: claim the event, send it, record the attempt
 
     def due(self, tx: Transaction, now: int, limit: int) -> list[Due]:
-        return [Due(key=event.id, lane=event.merchant_id) for event in tx.outbox.due(now, limit)]
+        events = [*tx.outbox.due(now, limit), *tx.outbox.resends_due(now, limit)]
+        lanes: dict[str, str] = {}
+        for event in events:  # each event once, at its first place (a retry and a resend may both be due)
+            lanes.setdefault(event.id, event.merchant_id)
+        return [Due(key=key, lane=lane) for key, lane in lanes.items()]
 
     def claim(self, tx: Transaction, key: str, now: int) -> _Attempt | None:
         event = tx.outbox.get(key)
-        if event is None or not event_is_due(event, now):
-            return None
-        endpoint = tx.webhooks.get(event.merchant_id)
-        if endpoint is None or not endpoint.is_active:
-            skipped = attrs.evolve(event, status=DeliveryStatus.SKIPPED, last_error="no active endpoint")
-            tx.outbox.update(skipped)
+        if event is None:
             return None
         lease = now + self._deps.config.dispatch_lease_seconds * 1000
-        tx.outbox.update(attrs.evolve(event, next_attempt_at=lease))
-        return _Attempt(event=event, endpoint=endpoint)
+        if event_is_due(event, now):
+            endpoint = tx.webhooks.get(event.merchant_id)
+            if endpoint is None or not endpoint.is_active:
+                skipped = attrs.evolve(event, status=DeliveryStatus.SKIPPED, last_error="no active endpoint")
+                tx.outbox.update(skipped)
+                return None
+            tx.outbox.update(attrs.evolve(event, next_attempt_at=lease))
+            return _Attempt(event=event, endpoint=endpoint)
+        if event.resend_at is not None and event.resend_at <= now:  # a redelivery the merchant asked for
+            endpoint = tx.webhooks.get(event.merchant_id)
+            if endpoint is None:
+                tx.outbox.update(attrs.evolve(event, resend_at=None))
+                return None
+            tx.outbox.update(attrs.evolve(event, resend_at=lease))
+            return _Attempt(event=event, endpoint=endpoint, resend=True)
+        return None
 
-    def act(self, claim: _Attempt, now: int) -> DeliveryResult:
+    def act(self, claim: _Attempt, now: int) -> _Sent:
+        sent = self._attempt(claim, now)
+        self._deps.observe(lambda observer: observer.delivery_attempt(delivered=sent.result.ok))
+        return sent
+
+    def _attempt(self, claim: _Attempt, now: int) -> _Sent:
         deps = self._deps
         config = deps.config
         event, endpoint = claim.event, claim.endpoint
@@ -189,13 +351,14 @@ class Webhooks:
         try:
             secret = deps.secret_box.decrypt(endpoint.secret_encrypted)
         except Exception:  # the server key changed: the endpoint must be registered again
-            return DeliveryResult(status=None, error="signing secret unreadable")
+            return _Sent(DeliveryResult(status=None, error="signing secret unreadable"), name, now, 0)
         timestamp = now // 1000
         headers = {
             "Content-Type": "application/json",
             SIGNATURE_HEADER: signature(secret, timestamp, body),
             TIMESTAMP_HEADER: str(timestamp),
             EVENT_HEADER: name,
+            EVENT_ID_HEADER: event.id,
             "User-Agent": "paymentcore-webhooks/1",
         }
         try:
@@ -203,20 +366,53 @@ class Webhooks:
                 endpoint.url, resolver=deps.resolver, allow_private=config.allow_private_webhooks
             )
         except UnsafeUrlError as exc:
-            return DeliveryResult(status=None, error=f"refused address: {exc.reason}")
-        return deps.webhook_sender().send(target, headers, body, config.webhook_timeout)
+            return _Sent(DeliveryResult(status=None, error=f"refused address: {exc.reason}"), name, now, 0)
+        started = time.perf_counter()
+        result = deps.webhook_sender().send(target, headers, body, config.webhook_timeout)
+        return _Sent(result, name, now, round((time.perf_counter() - started) * 1000))
 
-    def record(self, tx: Transaction, claim: _Attempt, outcome: DeliveryResult, now: int) -> bool:
-        self._record(tx, claim.event.id, claim.endpoint, outcome, now)
+    def record(self, tx: Transaction, claim: _Attempt, outcome: _Sent, now: int) -> bool:
+        result = outcome.result
+        tx.deliveries.add(
+            Delivery(
+                id=self._deps.refs.token("dlv"),
+                event_id=claim.event.id,
+                at=outcome.at,
+                name=outcome.name,
+                response_status=result.status,
+                error=None if result.ok else _error_of(result),
+                duration_ms=max(0, outcome.duration_ms),
+                resent=claim.resend,
+            )
+        )
+        if claim.resend:
+            self._record_resend(tx, claim.event.id, outcome, now)
+        else:
+            self._record(tx, claim.event.id, claim.endpoint, outcome, now)
         return False
 
+    @staticmethod
+    def _record_resend(tx: Transaction, event_id: str, outcome: _Sent, now: int) -> None:
+        """A manual redelivery: counted and named on the event, nothing else of its schedule touched."""
+        event = tx.outbox.get(event_id)
+        if event is None:
+            return
+        done = attrs.evolve(
+            event, redeliveries=event.redeliveries + 1, sent_as=outcome.name, resend_at=None
+        )
+        if outcome.result.ok and event.status in (DeliveryStatus.FAILED, DeliveryStatus.SKIPPED):
+            done = attrs.evolve(done, status=DeliveryStatus.DELIVERED, delivered_at=now, last_error=None)
+        tx.outbox.update(done)
+
     def _record(
-        self, tx: Transaction, event_id: str, endpoint: WebhookEndpoint, result: DeliveryResult, now: int
+        self, tx: Transaction, event_id: str, endpoint: WebhookEndpoint, outcome: _Sent, now: int
     ) -> None:
         config = self._deps.config
+        result = outcome.result
         event = tx.outbox.get(event_id)
         if event is None or event.status is not DeliveryStatus.PENDING:
             return
+        event = attrs.evolve(event, sent_as=outcome.name)
         attempts = event.attempts + 1
         current = tx.webhooks.get(event.merchant_id)
         if result.ok:
@@ -232,7 +428,7 @@ class Webhooks:
             if current is not None:
                 tx.webhooks.put(attrs.evolve(current, consecutive_failures=0, ever_succeeded=True))
             return
-        error = result.error or f"HTTP {result.status}"
+        error = _error_of(result)
         delays = config.webhook_retry_delays
         if attempts <= len(delays):
             delay_ms = int(delays[attempts - 1] * 1000 * (1 + random.random() * config.webhook_jitter))
@@ -257,6 +453,90 @@ class Webhooks:
                 disabled_reason=DISABLED_REASON.format(n=failures) if disabled else None,
             )
         )
+
+
+def _error_of(result: DeliveryResult) -> str:
+    return result.error or f"HTTP {result.status}"
+
+
+def _check_type(value: object) -> str | None:
+    """An event-type filter: a current or a legacy event name, as the current name."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        if value in LEGACY_NAMES:
+            return value
+        if value in CURRENT_OF:
+            return CURRENT_OF[value]
+    names = ", ".join(LEGACY_NAMES)
+    raise InvalidRequestError(f"type must be an event name ({names}) or its legacy name.", param="type")
+
+
+def _own(tx: Transaction, merchant_id: str, event_id: object) -> Event:
+    """The merchant's event ``event_id``; another merchant's answers as an unknown one does."""
+    event = tx.outbox.get(event_id) if isinstance(event_id, str) and event_id else None
+    if event is None or event.merchant_id != merchant_id:
+        raise NotFoundError("No such event on this account.")
+    return event
+
+
+def _name_of(event: Event, endpoint: WebhookEndpoint | None) -> str:
+    """The name as delivered: the latest attempt's, or what the endpoint registered now would get."""
+    if event.sent_as is not None:
+        return event.sent_as
+    return event_name(event.type, endpoint.events if endpoint is not None else "v2")
+
+
+def _summary(event: Event, endpoint: WebhookEndpoint | None) -> EventSummary:
+    return EventSummary(
+        id=event.id,
+        type=event.type,
+        name=_name_of(event, endpoint),
+        reference=event_reference(event),
+        created_at=from_ms(event.created_at),
+        delivery_status=_SHOWN[event.status],
+        attempts=event.attempts + event.redeliveries,
+    )
+
+
+def _record_of(tx: Transaction, event: Event, endpoint: WebhookEndpoint | None) -> EventRecord:
+    summary = _summary(event, endpoint)
+    deliveries = tuple(
+        EventDelivery(
+            at=from_ms(attempt.at),
+            response_status=attempt.response_status,
+            error=attempt.error,
+            duration_ms=attempt.duration_ms,
+            resent=attempt.resent,
+        )
+        for attempt in tx.deliveries.list(event.id)
+    )
+    return EventRecord(
+        id=summary.id,
+        type=summary.type,
+        name=summary.name,
+        reference=summary.reference,
+        created_at=summary.created_at,
+        delivery_status=summary.delivery_status,
+        attempts=summary.attempts,
+        payload=MappingProxyType(copy.deepcopy(event_body(event, summary.name))),
+        deliveries=deliveries,
+    )
+
+
+def _dump_record(record: EventRecord) -> dict[str, Any]:
+    """An event record as plain data, for an idempotent answer (the payload kept as the JSON it is)."""
+    return {
+        "type": "event",
+        "record": converter.unstructure(attrs.evolve(record, payload={})),
+        "payload": dict(record.payload),
+    }
+
+
+def _load_record(kept: Mapping[str, Any]) -> EventRecord:
+    """The record :func:`_dump_record` kept (its fingerprint names the resend operation)."""
+    record = converter.structure(kept["record"], EventRecord)
+    return attrs.evolve(record, payload=MappingProxyType(dict(kept["payload"])))
 
 
 def _registration_of(kept: Any) -> WebhookRegistration:

@@ -13,8 +13,9 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from typing import Generic, Protocol, TypeVar
 
 import attrs
@@ -69,12 +70,31 @@ class Task(Protocol[ClaimT, OutcomeT]):
 
 
 class Runner(Generic[ClaimT, OutcomeT]):
-    """Runs one :class:`Task` against a store."""
+    """Runs one :class:`Task` against a store.
 
-    def __init__(self, task: Task[ClaimT, OutcomeT], store: Store, clock: Clock) -> None:
+    Beside the task's own claim, the runner keeps a lease row per claimed item (``tx.leases``, of
+    ``kind``), taken in the claim's transaction and dropped in the outcome's, so that any process can
+    count the work in flight everywhere (:meth:`PaymentCore.work_backlog`). Write transactions are
+    opened with ``write`` (by default ``store.transaction``; the services pass ``Deps.transaction``,
+    which tells the observer what the task recorded once it has committed).
+    """
+
+    def __init__(
+        self,
+        task: Task[ClaimT, OutcomeT],
+        store: Store,
+        clock: Clock,
+        *,
+        kind: str = "work",
+        lease_ms: int = 30_000,
+        write: Callable[[], AbstractContextManager[Transaction]] | None = None,
+    ) -> None:
         self.task = task
+        self.kind = kind
         self._store = store
         self._clock = clock
+        self._lease_ms = lease_ms
+        self._write = write if write is not None else store.transaction
 
     def run_due(self, limit: int) -> int:
         """Work every due item once; returns how many were due."""
@@ -92,15 +112,19 @@ class Runner(Generic[ClaimT, OutcomeT]):
         claimed or nothing was learnt."""
         last: OutcomeT | None = None
         for _ in range(max_steps):
-            with self._store.transaction() as tx:
-                claim = self.task.claim(tx, key, self._clock.now())
+            with self._write() as tx:
+                now = self._clock.now()
+                claim = self.task.claim(tx, key, now)
+                if claim is not None:
+                    tx.leases.take(self.kind, key, now + self._lease_ms)
             if claim is None:
                 return last
             outcome = self.task.act(claim, self._clock.now())
             if outcome is None:
-                return last  # the claim runs out and the item is due again
-            with self._store.transaction() as tx:
+                return last  # the claim (and the lease row) runs out and the item is due again
+            with self._write() as tx:
                 again = self.task.record(tx, claim, outcome, self._clock.now())
+                tx.leases.drop(self.kind, key)
             last = outcome
             if not again:
                 break

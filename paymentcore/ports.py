@@ -1,13 +1,14 @@
 """Every seam between the core and the outside world, on one screen.
 
-Services depend on these protocols only. Adapters implement them: ``MemoryStore`` and ``SqliteStore``
-(storage), ``SystemClock`` and ``FakeClock``, ``RandomReferences``, ``SandboxNetwork``,
+Services depend on these protocols only. Adapters implement them: ``MemoryStore``, ``SqliteStore`` and
+``PostgresStore`` (storage), ``SystemClock`` and ``FakeClock``, ``RandomReferences``, ``SandboxNetwork``,
 ``HttpxWebhookSender`` and ``StaticExchangeRates``. Nothing here names a database, a framework or a
-transport, so a PostgreSQL store or a real network adapter slots in without touching a service.
+transport, so another storage engine or a real network adapter slots in without touching a service.
 """
 
 from __future__ import annotations
 
+import builtins
 import enum
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
@@ -20,12 +21,16 @@ from paymentcore._models import (
     ApiKey,
     Balance,
     Collection,
+    CollectionStatus,
+    Delivery,
+    DeliveryStatus,
     Event,
     IdempotencyRecord,
     LedgerEntry,
     Merchant,
     Payout,
     PayoutLimits,
+    PayoutStatus,
     Settings,
     WebhookEndpoint,
 )
@@ -35,11 +40,13 @@ __all__ = [
     "CollectionRepository",
     "CollectionRequest",
     "CollectionResult",
+    "DeliveryRepository",
     "DeliveryResult",
     "DeliveryTarget",
     "ExchangeRates",
     "IdempotencyRepository",
     "KeyRepository",
+    "LeaseRepository",
     "LedgerRepository",
     "LimitsRepository",
     "MerchantRepository",
@@ -50,11 +57,13 @@ __all__ = [
     "PayoutRepository",
     "PayoutRequest",
     "PayoutResult",
+    "RateRepository",
     "References",
     "Resolver",
     "SecretBox",
     "SettingsRepository",
     "Store",
+    "StoreUnavailableError",
     "Transaction",
     "UnitOfWork",
     "WebhookRepository",
@@ -90,6 +99,13 @@ class References(Protocol):
 # One small repository per aggregate, so a second engine implements a few small things rather than one
 # wide one. Which rows the ``due`` and ``spent`` queries select is defined once, in
 # ``paymentcore._queries``; an adapter finds those rows, it does not decide which they are.
+#
+# The ``page`` methods list one merchant's records newest first: by ``created_at`` descending, ties
+# the last written first (the reverse of the order ``entries``/``list`` give), so a list is a stable
+# total order that new records only ever enter at its head. ``after`` names the item the previous page
+# ended with (a reference or an id): the page holds the items that follow it in that order, whatever the
+# item's own status is now, so a filter never loses the caller's place. ``None`` answers an ``after``
+# that is not one of the merchant's items (in that list); filters combine with AND.
 
 
 class SettingsRepository(Protocol):
@@ -138,8 +154,24 @@ class CollectionRepository(Protocol):
         """Collections for which ``_queries.collection_is_due``, in ``collection_due_order``."""
         ...
 
+    def count_due(self, now: int) -> int:
+        """How many collections ``due`` would list without a limit."""
+        ...
+
     def prompts_since(self, phone: str, since: int) -> int:
         """How many collections sent a prompt to this number at or after ``since``."""
+        ...
+
+    def page(
+        self,
+        merchant_id: str,
+        *,
+        limit: int,
+        after: str | None = None,
+        status: CollectionStatus | None = None,
+        merchant_reference: str | None = None,
+    ) -> list[Collection] | None:
+        """At most ``limit`` of the merchant's collections, newest first, after the collection ``after``."""
         ...
 
 
@@ -157,8 +189,24 @@ class PayoutRepository(Protocol):
         """Payouts for which ``_queries.payout_is_due``, in ``payout_due_order``."""
         ...
 
+    def count_due(self, now: int) -> int:
+        """How many payouts ``due`` would list without a limit."""
+        ...
+
     def spent(self, merchant_id: str, currency: str, since: int) -> int:
         """Sum of the payouts created at or after ``since`` that ``_queries.counts_as_spent``."""
+        ...
+
+    def page(
+        self,
+        merchant_id: str,
+        *,
+        limit: int,
+        after: str | None = None,
+        status: PayoutStatus | None = None,
+        merchant_reference: str | None = None,
+    ) -> list[Payout] | None:
+        """At most ``limit`` of the merchant's payouts, newest first, after the payout ``after``."""
         ...
 
 
@@ -175,12 +223,36 @@ class LedgerRepository(Protocol):
         """Insert or replace; refuses a negative or unbalanced balance."""
         ...
 
+    def move(
+        self,
+        merchant_id: str,
+        currency: str,
+        *,
+        available: int = 0,
+        reserved: int = 0,
+        paid_out: int = 0,
+        credited: int = 0,
+    ) -> Balance | None:
+        """Add these amounts to the balance in one conditional step (never read, then written).
+
+        A missing balance counts as zeros and is created. Returns the new balance, or None, writing
+        nothing, when one of available, reserved or paid out would go below zero. The amounts must
+        keep ``credited = available + reserved + paid_out``.
+        """
+        ...
+
     def append(self, entry: LedgerEntry) -> None:
         """Append to the journal (append-only; raises if the id exists)."""
         ...
 
     def entries(self, merchant_id: str, currency: str) -> list[LedgerEntry]:
         """The account's journal, oldest first (ties: in the order written)."""
+        ...
+
+    def page(
+        self, merchant_id: str, currency: str, *, limit: int, after: str | None = None
+    ) -> list[LedgerEntry] | None:
+        """At most ``limit`` entries of the account's journal, newest first, after the entry ``after``."""
         ...
 
 
@@ -203,8 +275,42 @@ class Outbox(Protocol):
         """Events for which ``_queries.event_is_due``, oldest first (ties: in the order written)."""
         ...
 
+    def count_due(self, now: int) -> int:
+        """How many events ``due`` would list without a limit."""
+        ...
+
     def list(self, merchant_id: str) -> list[Event]:
         """The merchant's events, oldest first (ties: in the order written)."""
+        ...
+
+    def page(
+        self,
+        merchant_id: str,
+        *,
+        limit: int,
+        after: str | None = None,
+        event_type: str | None = None,
+        statuses: frozenset[DeliveryStatus] | None = None,
+    ) -> builtins.list[Event] | None:
+        """At most ``limit`` of the merchant's events, newest first, after the event ``after``; only
+        those of ``event_type`` and with a status in ``statuses`` when given."""
+        ...
+
+    def resends_due(self, now: int, limit: int) -> builtins.list[Event]:
+        """Events whose ``resend_at`` is set and at or before ``now``, the earliest ``resend_at`` first
+        (ties: in the order written)."""
+        ...
+
+
+class DeliveryRepository(Protocol):
+    """The delivery attempts of events: written with each attempt's outcome, never changed."""
+
+    def add(self, delivery: Delivery) -> None:
+        """Insert; raises if the id exists."""
+        ...
+
+    def list(self, event_id: str) -> list[Delivery]:
+        """The event's attempts, oldest first (ties: in the order written)."""
         ...
 
 
@@ -214,6 +320,54 @@ class IdempotencyRepository(Protocol):
     def delete(self, merchant_id: str, key: str) -> None: ...
     def purge(self, before: int) -> int:
         """Delete every record created before ``before``; how many went."""
+        ...
+
+
+class LeaseRepository(Protocol):
+    """Which items of background work a worker holds now (``paymentcore._work.Runner`` keeps them).
+
+    A lease is taken with the claim and dropped with the recorded outcome; a worker that dies in between
+    leaves it to run out. Counting the leases that have not run out tells how much work is in flight in
+    every process on the store.
+    """
+
+    def take(self, kind: str, key: str, until: int) -> None:
+        """Insert or replace the lease on ``key`` (of ``kind``: collections, payouts, deliveries)."""
+        ...
+
+    def drop(self, kind: str, key: str) -> None:
+        """Remove the lease, if any."""
+        ...
+
+    def held(self, kind: str, now: int) -> int:
+        """How many leases of ``kind`` run past ``now``."""
+        ...
+
+    def purge(self, before: int) -> int:
+        """Delete every lease that ran out before ``before``; how many went."""
+        ...
+
+
+class RateRepository(Protocol):
+    """Per-key request counters, shared by every process on the store (the per-key rate limits).
+
+    Requests are counted in buckets: the bucket of width ``width`` ms that holds ``at`` starts at
+    ``at - at % width``. Which buckets make a window, and what a count allows, is decided by
+    ``paymentcore._access.RateLimiter``; the store keeps and sums the counts. In a write unit of work,
+    :meth:`buckets` also holds the key's counters until the unit of work ends, so two processes
+    counting one key take turns (a unit of work that counts requests uses no other repository).
+    """
+
+    def buckets(self, key_id: str, width: int, since: int) -> list[tuple[int, int]]:
+        """(start, count) of the key's buckets of ``width`` starting at or after ``since``, oldest first."""
+        ...
+
+    def add(self, key_id: str, width: int, start: int) -> None:
+        """Count one more request in the key's bucket of ``width`` starting at ``start``."""
+        ...
+
+    def purge(self, before: int) -> int:
+        """Delete every bucket that starts before ``before``; how many went."""
         ...
 
 
@@ -243,7 +397,13 @@ class UnitOfWork(Protocol):
     @property
     def outbox(self) -> Outbox: ...
     @property
+    def deliveries(self) -> DeliveryRepository: ...
+    @property
     def idempotency(self) -> IdempotencyRepository: ...
+    @property
+    def leases(self) -> LeaseRepository: ...
+    @property
+    def rates(self) -> RateRepository: ...
 
 
 #: The unit of work's former name, kept so existing imports and annotations keep working.
@@ -259,7 +419,19 @@ class Store(Protocol):
         """A read-only view (writing through it is a programming error)."""
         ...
 
+    def ping(self, timeout: float = 0.5) -> None:
+        """Run a trivial read on the database, giving up after about ``timeout`` seconds.
+
+        Raises :class:`StoreUnavailableError` when the database cannot be reached (a missing file,
+        a lock held past ``timeout``, a broken connection); never waits for a writer longer than that.
+        """
+        ...
+
     def close(self) -> None: ...
+
+
+class StoreUnavailableError(Exception):
+    """The store could not run a query (see :meth:`Store.ping`)."""
 
 
 # --- the mobile money networks --------------------------------------------------------------------

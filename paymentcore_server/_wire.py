@@ -6,16 +6,22 @@ business; the library only knows its own argument names (``merchant_reference``)
 
 from __future__ import annotations
 
+import enum
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from paymentcore import (
     Collection,
     CollectionKind,
+    EventDelivery,
+    EventRecord,
+    EventSummary,
     InvalidRequestError,
+    LedgerItem,
     MerchantBalance,
+    Page,
     PaymentError,
     Payout,
     PayoutAllowance,
@@ -25,6 +31,11 @@ from paymentcore import (
 )
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+LIMIT_DEFAULT = 20  # a list's page size when ``limit`` is not given (the library's default too)
+LIMIT_DIGITS = 3  # a longer ``limit`` is out of range whatever it says
+
+E = TypeVar("E", bound=enum.Enum)
+T = TypeVar("T")
 
 # what the library's messages say, and what the API has always said on the wire
 _HTTP_MESSAGES: Mapping[str, str] = {
@@ -91,6 +102,57 @@ class Fields:
 
     def translate(self, error: PaymentError) -> PaymentError:
         """The library's error with the wire's names in ``param`` and in the message."""
+        return translate(error, self.wire_names)
+
+
+class Query:
+    """The query string of a list request, and the wire name behind each library argument it fed.
+
+    Only the parameters the path reads are allowed, each at most once: a misspelt filter answers 400
+    (``param`` naming it) instead of an unfiltered list.
+    """
+
+    def __init__(self, pairs: Sequence[tuple[str, str]], allowed: Sequence[str]) -> None:
+        self.values: dict[str, str] = {}
+        self.wire_names: dict[str, str] = {}
+        for name, value in pairs:
+            if name not in allowed:
+                shown = name[:40]
+                raise InvalidRequestError(
+                    f"Unknown query parameter '{shown}'; this path reads {', '.join(allowed)}.",
+                    param=shown,
+                )
+            if name in self.values:
+                raise InvalidRequestError(f"{name} is given more than once.", param=name)
+            self.values[name] = value
+
+    def get(self, argument: str, wire: str | None = None) -> str | None:
+        name = wire or camel(argument)
+        self.wire_names[argument] = name
+        return self.values.get(name)
+
+    def limit(self) -> int:
+        """``limit``: digits only (the library checks the range); :data:`LIMIT_DEFAULT` when absent."""
+        value = self.get("limit")
+        if value is None:
+            return LIMIT_DEFAULT
+        if not value.isascii() or not value.isdigit() or len(value) > LIMIT_DIGITS:
+            raise InvalidRequestError("limit must be a whole number from 1 to 100.", param="limit")
+        return int(value)
+
+    def member(self, argument: str, kind: type[E], wire: str | None = None) -> E | None:
+        """A filter naming one member of ``kind`` by its value."""
+        value = self.get(argument, wire)
+        if value is None:
+            return None
+        for member in kind:
+            if value == member.value:
+                return member
+        name = self.wire_names[argument]
+        allowed = ", ".join(str(member.value) for member in kind)
+        raise InvalidRequestError(f"{name} must be one of {allowed}.", param=name)
+
+    def translate(self, error: PaymentError) -> PaymentError:
         return translate(error, self.wire_names)
 
 
@@ -211,3 +273,53 @@ def allowance_json(allowance: PayoutAllowance) -> dict[str, Any]:
 
 def balance_json(balance: MerchantBalance) -> dict[str, Any]:
     return {"currency": balance.currency, "available": balance.available, "reserved": balance.reserved}
+
+
+# --- lists ----------------------------------------------------------------------------------------
+
+
+def page_json(page: Page[T], render: Callable[[T], dict[str, Any]]) -> dict[str, Any]:
+    """``{"data": [...], "hasMore": ...}``: one page of a list, newest first."""
+    return {"data": [render(item) for item in page.data], "hasMore": page.has_more}
+
+
+def ledger_item_json(item: LedgerItem) -> dict[str, Any]:
+    return {
+        "id": item.id,
+        "createdAt": iso(item.created_at),
+        "type": item.type.value,
+        "reference": item.reference,
+        "amount": item.amount,
+        "available": item.available,
+        "reserved": item.reserved,
+    }
+
+
+def event_summary_json(event: EventSummary | EventRecord) -> dict[str, Any]:
+    """An event in a list: ``type`` is the name as delivered (legacy for a legacy endpoint)."""
+    return {
+        "id": event.id,
+        "type": event.name,
+        "reference": event.reference,
+        "createdAt": iso(event.created_at),
+        "deliveryStatus": event.delivery_status.value,
+        "attempts": event.attempts,
+    }
+
+
+def event_delivery_json(delivery: EventDelivery) -> dict[str, Any]:
+    return {
+        "at": iso(delivery.at),
+        "responseStatus": delivery.response_status,
+        "error": delivery.error,
+        "durationMs": delivery.duration_ms,
+    }
+
+
+def event_record_json(event: EventRecord) -> dict[str, Any]:
+    """An event with ``payload`` (the body as signed and sent) and every delivery attempt."""
+    return {
+        **event_summary_json(event),
+        "payload": dict(event.payload),
+        "deliveries": [event_delivery_json(delivery) for delivery in event.deliveries],
+    }

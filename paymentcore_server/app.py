@@ -6,11 +6,13 @@ with ``requestId`` equal to that header.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
 
 import attrs
 from starlette.applications import Starlette
@@ -22,12 +24,15 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from paymentcore import (
+    CollectionStatus,
+    EventDeliveryStatus,
     IdempotencyKeyRequiredError,
     IdempotencyKeyTooLongError,
     InvalidRequestError,
     NotFoundError,
     PaymentCore,
     PaymentError,
+    PayoutStatus,
     Principal,
     RateLimitedError,
     RateState,
@@ -37,19 +42,31 @@ from paymentcore import (
 )
 from paymentcore import Scope as KeyScope
 from paymentcore_server._wire import (
+    IDEMPOTENCY_HEADER,
     Fields,
+    Query,
     allowance_json,
     balance_json,
     charge_json,
     collection_json,
+    event_record_json,
+    event_summary_json,
+    ledger_item_json,
+    page_json,
     payout_json,
+    translate,
     webhook_registration_json,
     webhook_settings_json,
 )
 from paymentcore_server.errors import BodyTooLargeError, MethodNotAllowedError, status_of
+from paymentcore_server.observability import RequestObserverMiddleware, RequestSink, log_request
+
+if TYPE_CHECKING:
+    from paymentcore_server.metrics import Metrics
 
 __all__ = [
     "CACHE_HOUR",
+    "HEALTH_TIMEOUT",
     "MAX_BODY",
     "MAX_IDEMPOTENCY_KEY",
     "UNAUTHORIZED_MESSAGE",
@@ -72,6 +89,7 @@ MAX_BODY = 1024 * 1024
 MAX_IDEMPOTENCY_KEY = 200
 UNAUTHORIZED_MESSAGE = "A valid API key is required: send Authorization: Bearer <API_KEY>."
 CACHE_HOUR = "public, max-age=3600"
+HEALTH_TIMEOUT = 0.8  # seconds: /healthz answers 503 rather than wait longer for the database
 log = logging.getLogger("paymentcore.server")
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -186,6 +204,7 @@ class Call:
     raw: bytes
     idempotency_key: str | None
     params: Mapping[str, str]
+    query: tuple[tuple[str, str], ...] = ()  # the query string's (name, value) pairs, repeats kept
 
     def body(self) -> Any:
         if not self.raw.strip():
@@ -209,6 +228,13 @@ class Api:
 
     def __init__(self, core: PaymentCore) -> None:
         self.core = core
+        self._health_pool: ThreadPoolExecutor | None = None
+
+    def close(self) -> None:
+        """Let go of the health check's threads (the app's lifespan calls it at shutdown)."""
+        if self._health_pool is not None:
+            self._health_pool.shutdown(wait=False, cancel_futures=True)
+            self._health_pool = None
 
     # --- plumbing --------------------------------------------------------------------------------
 
@@ -221,6 +247,8 @@ class Api:
         work: Work,
         scope: KeyScope | None,
         transact: bool,
+        seen: dict[str, Any] | None = None,
+        query: tuple[tuple[str, str], ...] = (),
     ) -> tuple[Reply, RateState]:
         scheme, _, token = authorization.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
@@ -229,13 +257,15 @@ class Api:
             principal = self.core.access.authenticate(token.strip())
         except UnauthorizedError:
             raise UnauthorizedError(UNAUTHORIZED_MESSAGE) from None
+        if seen is not None:  # the request's scope state: the request log names the merchant
+            seen["merchant_id"] = principal.merchant.id
         state = self.core.access.rate(principal)
         if scope is not None:
             principal.require(scope)
         if transact:
             principal.require_approved()
         key = check_idempotency_header(idempotency_header)
-        return work(Call(principal, raw, key, params)), state
+        return work(Call(principal, raw, key, params, query)), state
 
     @staticmethod
     def _rate_headers(state: RateState) -> dict[str, str]:
@@ -265,6 +295,8 @@ class Api:
                     work,
                     scope,
                     transact,
+                    request.scope.setdefault("state", {}),
+                    query=tuple(request.query_params.multi_items()),
                 )
             except PaymentError as error:
                 return error_response(request, error)
@@ -328,6 +360,20 @@ class Api:
     def get_collection(self, call: Call) -> Reply:
         return Reply(200, collection_json(self.core.collect.get(call.merchant_id, call.params["reference"])))
 
+    def list_collections(self, call: Call) -> Reply:
+        q = Query(call.query, ("limit", "startingAfter", "status", "merchantReference"))
+        try:
+            page = self.core.collect.list(
+                call.merchant_id,
+                limit=q.limit(),
+                starting_after=q.get("starting_after"),
+                status=q.member("status", CollectionStatus),
+                merchant_reference=q.get("merchant_reference"),
+            )
+        except PaymentError as error:
+            raise q.translate(error) from None
+        return Reply(200, page_json(page, collection_json))
+
     # --- disburse --------------------------------------------------------------------------------
 
     def disburse(self, call: Call) -> Reply:
@@ -356,6 +402,20 @@ class Api:
     def get_payout(self, call: Call) -> Reply:
         return Reply(200, payout_json(self.core.disburse.get(call.merchant_id, call.params["reference"])))
 
+    def list_payouts(self, call: Call) -> Reply:
+        q = Query(call.query, ("limit", "startingAfter", "status", "merchantReference"))
+        try:
+            page = self.core.disburse.list(
+                call.merchant_id,
+                limit=q.limit(),
+                starting_after=q.get("starting_after"),
+                status=q.member("status", PayoutStatus),
+                merchant_reference=q.get("merchant_reference"),
+            )
+        except PaymentError as error:
+            raise q.translate(error) from None
+        return Reply(200, page_json(page, payout_json))
+
     def disburse_limits(self, call: Call) -> Reply:
         allowance = self.core.disburse.limits(call.merchant_id, call.params["currency"])
         return Reply(200, allowance_json(allowance))
@@ -363,6 +423,47 @@ class Api:
     def balances(self, call: Call) -> Reply:
         balances = self.core.operator.balances(call.merchant_id)
         return Reply(200, {"balances": [balance_json(balance) for balance in balances]})
+
+    def ledger(self, call: Call) -> Reply:
+        q = Query(call.query, ("currency", "limit", "startingAfter"))
+        try:
+            page = self.core.operator.ledger(
+                call.merchant_id,
+                q.get("currency"),  # type: ignore[arg-type]  # None is refused with param currency
+                limit=q.limit(),
+                starting_after=q.get("starting_after"),
+            )
+        except PaymentError as error:
+            raise q.translate(error) from None
+        return Reply(200, page_json(page, ledger_item_json))
+
+    # --- events ----------------------------------------------------------------------------------
+
+    def list_events(self, call: Call) -> Reply:
+        q = Query(call.query, ("limit", "startingAfter", "type", "deliveryStatus"))
+        try:
+            page = self.core.webhooks.events(
+                call.merchant_id,
+                limit=q.limit(),
+                starting_after=q.get("starting_after"),
+                type=q.get("type"),
+                delivery_status=q.member("delivery_status", EventDeliveryStatus),
+            )
+        except PaymentError as error:
+            raise q.translate(error) from None
+        return Reply(200, page_json(page, event_summary_json))
+
+    def get_event(self, call: Call) -> Reply:
+        return Reply(200, event_record_json(self.core.webhooks.event(call.merchant_id, call.params["id"])))
+
+    def resend_event(self, call: Call) -> Reply:
+        try:
+            event = self.core.webhooks.resend(
+                call.merchant_id, call.params["id"], idempotency_key=call.idempotency_key
+            )
+        except PaymentError as error:
+            raise translate(error, {"idempotency_key": IDEMPOTENCY_HEADER}) from None
+        return Reply(202, event_record_json(event))
 
     # --- discovery -------------------------------------------------------------------------------
 
@@ -470,7 +571,9 @@ class Api:
             Route("/v1/payments", e(legacy_checkout, scope=collect, transact=True), methods=["POST"]),
             Route("/v1/collect/{reference}", e(self.get_collection, scope=collect), methods=["GET"]),
             Route("/v1/payments/{reference}", e(self.get_collection, scope=collect), methods=["GET"]),
+            Route("/v1/collect", e(self.list_collections, scope=collect), methods=["GET"]),
             Route("/v1/disburse", e(self.disburse, scope=disburse, transact=True), methods=["POST"]),
+            Route("/v1/disburse", e(self.list_payouts, scope=disburse), methods=["GET"]),
             Route("/v1/payouts", e(self.disburse, scope=disburse, transact=True), methods=["POST"]),
             Route("/v1/disburse/{reference}", e(self.get_payout, scope=disburse), methods=["GET"]),
             Route("/v1/payouts/{reference}", e(self.get_payout, scope=disburse), methods=["GET"]),
@@ -481,6 +584,10 @@ class Api:
             ),
             Route("/v1/payout-limits/{currency}", e(self.disburse_limits, scope=disburse), methods=["GET"]),
             Route("/v1/account/balances", e(self.balances), methods=["GET"]),
+            Route("/v1/account/ledger", e(self.ledger), methods=["GET"]),
+            Route("/v1/events", e(self.list_events), methods=["GET"]),
+            Route("/v1/events/{id}", e(self.get_event), methods=["GET"]),
+            Route("/v1/events/{id}/resend", e(self.resend_event), methods=["POST"]),
             Route("/v1/countries", e(self.countries, cache=True), methods=["GET"]),
             Route("/v1/providers", e(self.providers, cache=True), methods=["GET"]),
             Route("/v1/limits", e(self.limits, cache=True), methods=["GET"]),
@@ -494,6 +601,25 @@ class Api:
         ]
 
     async def healthz(self, request: Request) -> Response:
+        """200 when a query on the database answers within HEALTH_TIMEOUT, else 503 SERVER_ERROR.
+
+        The ping runs on a small pool of its own (never the request threads, which may all be waiting
+        for the database) and the answer never waits for it longer than HEALTH_TIMEOUT.
+        """
+        if self._health_pool is None:
+            self._health_pool = ThreadPoolExecutor(2, thread_name_prefix="paymentcore-health")
+        loop = asyncio.get_running_loop()
+        ping = loop.run_in_executor(self._health_pool, self.core.store.ping, HEALTH_TIMEOUT * 0.6)
+        try:
+            await asyncio.wait_for(ping, HEALTH_TIMEOUT)
+        except Exception as exc:
+            log.warning("health check failed: the database did not answer (%s)", exc or type(exc).__name__)
+            body = {
+                "code": "SERVER_ERROR",
+                "message": "The database is not reachable.",
+                "requestId": request_id(request),
+            }
+            return json_response(body, 503, {"Cache-Control": "no-store"})
         return json_response({"status": "ok"})
 
     async def openapi(self, request: Request) -> Response:
@@ -522,8 +648,20 @@ async def _payment_error(request: Request, exc: Exception) -> Response:
     return error_response(request, exc)
 
 
-def create_app(core: PaymentCore, *, run_worker: bool = False, close_core: bool = False) -> Starlette:
-    """The ASGI app for ``core``. With ``run_worker`` the background work runs in this process."""
+def create_app(
+    core: PaymentCore,
+    *,
+    run_worker: bool = False,
+    close_core: bool = False,
+    metrics: Metrics | None = None,
+    log_requests: bool = False,
+) -> Starlette:
+    """The ASGI app for ``core``. With ``run_worker`` the background work runs in this process.
+
+    With ``metrics`` (``paymentcore_server.metrics.Metrics``) every request is counted and timed by route
+    template; with ``log_requests`` every request writes one line on the ``paymentcore.http`` logger
+    (``paymentcore_server.observability``). Neither serves anything on the app's own port.
+    """
     from paymentcore_server._routing import install_routing
     from paymentcore_server.page import page_routes
 
@@ -538,6 +676,7 @@ def create_app(core: PaymentCore, *, run_worker: bool = False, close_core: bool 
         finally:
             if run_worker:
                 core.stop_worker()
+            api.close()
             if close_core:
                 core.close()
 
@@ -548,4 +687,11 @@ def create_app(core: PaymentCore, *, run_worker: bool = False, close_core: bool 
     )
     install_routing(app)
     app.add_middleware(RequestIdMiddleware)
+    sinks: list[RequestSink] = []
+    if metrics is not None:
+        sinks.append(metrics.record_request)
+    if log_requests:
+        sinks.append(log_request)
+    if sinks:  # outside RequestIdMiddleware: it sees the id and the final status, a crash's 500 too
+        app.add_middleware(RequestObserverMiddleware, routes=app.router.routes, sinks=sinks)
     return app

@@ -15,13 +15,18 @@ import threading
 from collections.abc import Sequence
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from paymentcore import UNSET, ApiKey, Merchant, PaymentCore, Settings, wire
+from paymentcore import UNSET, ApiKey, Merchant, Observer, PaymentCore, Settings, wire
 from paymentcore.catalogue import Catalogue
 from paymentcore.config import Config
 from paymentcore.errors import PaymentError
+from paymentcore.ports import StoreUnavailableError
 from paymentcore_server._wire import allowance_json, balance_json, iso_ms, payout_json, webhook_settings_json
+from paymentcore_server.observability import LOG_FORMATS, configure_logging
+
+if TYPE_CHECKING:
+    from paymentcore_server.metrics import Metrics
 
 __all__ = [
     "DEFAULT_DB",
@@ -31,7 +36,9 @@ __all__ = [
     "build_parser",
     "cmd_serve",
     "cmd_worker",
+    "describe_db",
     "ensure_demo",
+    "is_database_url",
     "key_json",
     "main",
     "merchant_json",
@@ -96,9 +103,35 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"error: {message}\n")
 
 
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}")
+    return port
+
+
+def _observability_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--metrics-port",
+        type=_port,
+        default=None,
+        help="serve Prometheus metrics at http://HOST:PORT/metrics (off unless given)",
+    )
+    parser.add_argument(
+        "--log-format", default="text", choices=list(LOG_FORMATS), help="text (default) or json lines"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = OneLineParser(add_help=False)
-    common.add_argument("--db", default=argparse.SUPPRESS, help=f"SQLite database (default {DEFAULT_DB})")
+    common.add_argument(
+        "--db",
+        default=argparse.SUPPRESS,
+        help=f"SQLite file (default {DEFAULT_DB}) or PostgreSQL URL postgresql://USER@HOST:PORT/DBNAME",
+    )
     common.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS, help="print one JSON object"
     )
@@ -123,6 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-worker", action="store_true", help="leave background work to `paymentcore worker`"
     )
     serve.add_argument("--synchronous", default="FULL", choices=["FULL", "NORMAL"])
+    _observability_flags(serve)
 
     worker = sub.add_parser("worker", parents=[common], help="run the background work alone")
     worker.add_argument("--sandbox-delay", type=float, default=2.0)
@@ -130,6 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--allow-private-webhooks", action="store_true")
     worker.add_argument("--public-url", default=None)
     worker.add_argument("--synchronous", default="FULL", choices=["FULL", "NORMAL"])
+    worker.add_argument("--host", default="127.0.0.1", help="address the metrics port listens on")
+    _observability_flags(worker)
 
     merchant = sub.add_parser("merchant", help="merchants").add_subparsers(dest="action", required=True)
     m_create = merchant.add_parser("create", parents=[common])
@@ -217,13 +253,34 @@ def _retry_delays(text: str | None) -> tuple[int, ...] | None:
     return delays
 
 
-def open_core(args: argparse.Namespace, **config_changes: Any) -> PaymentCore:
+def open_core(
+    args: argparse.Namespace, *, observer: Observer | None = None, **config_changes: Any
+) -> PaymentCore:
     catalogue = Catalogue.from_file(args.catalogue) if args.catalogue else None
     config = Config(**config_changes)
-    kwargs: dict[str, Any] = {"config": config, "catalogue": catalogue}
+    kwargs: dict[str, Any] = {"config": config, "catalogue": catalogue, "observer": observer}
     if args.command not in ("serve", "worker"):
         kwargs["sender"] = None
+    if is_database_url(args.db):
+        return PaymentCore.postgresql(args.db, **kwargs)
     return PaymentCore.sqlite(Path(args.db), synchronous=getattr(args, "synchronous", "FULL"), **kwargs)
+
+
+def is_database_url(db: str) -> bool:
+    """``--db postgresql://...`` (or ``postgres://...``) selects PostgreSQL; anything else is SQLite."""
+    return db.startswith(("postgresql://", "postgres://"))
+
+
+def describe_db(db: str) -> str:
+    """The database for a log line: a URL without its password."""
+    if not is_database_url(db):
+        return db
+    scheme, _, rest = db.partition("://")
+    credentials, at, host = rest.rpartition("@")
+    if not at:
+        return db
+    user = credentials.split(":", 1)[0]
+    return f"{scheme}://{user}@{host}" if user else f"{scheme}://{host}"
 
 
 def _server_config(args: argparse.Namespace) -> dict[str, Any]:
@@ -263,8 +320,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from paymentcore_server.app import create_app
 
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    core = open_core(args, **_server_config(args))
+    configure_logging(args.log_format)
+    metrics = _metrics(args)
+    core = open_core(args, observer=_observer(metrics), **_server_config(args))
     if args.allow_private_webhooks:
         log.warning("--allow-private-webhooks is on: webhooks may target loopback and private addresses")
     if args.demo:
@@ -277,21 +335,59 @@ def cmd_serve(args: argparse.Namespace) -> int:
             print(f"  Disburse key: {demo['disburseKey']}  (key id {demo['disburseKeyId']})")
             print("  (keys are shown only now; keep them)")
         sys.stdout.flush()
-    app = create_app(core, run_worker=not args.no_worker, close_core=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info", access_log=False)
+    json_logs = args.log_format == "json"
+    app = create_app(
+        core, run_worker=not args.no_worker, close_core=True, metrics=metrics, log_requests=json_logs
+    )
+    try:
+        if metrics is not None:
+            _serve_metrics(metrics, core, args.host, args.metrics_port)
+        # with JSON logs uvicorn configures no logging of its own: its lines go through ours
+        extra: dict[str, Any] = {"log_config": None} if json_logs else {}
+        uvicorn.run(app, host=args.host, port=args.port, log_level="info", access_log=False, **extra)
+    finally:
+        if metrics is not None:
+            metrics.close()
     return 0
 
 
+def _metrics(args: argparse.Namespace) -> Metrics | None:
+    if args.metrics_port is None:
+        return None
+    if args.command == "serve" and args.metrics_port == args.port:
+        raise CliError("--metrics-port must differ from --port: the API's port never serves the metrics")
+    from paymentcore_server.metrics import Metrics
+
+    return Metrics()
+
+
+def _observer(metrics: Metrics | None) -> Observer | None:
+    return None if metrics is None else metrics.observer()
+
+
+def _serve_metrics(metrics: Metrics, core: PaymentCore, host: str, port: int) -> None:
+    metrics.watch(core)
+    server = metrics.serve(host, port)
+    log.info("metrics at http://%s:%d/metrics", host, server.port)
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    core = open_core(args, **_server_config(args))
+    configure_logging(args.log_format)
+    metrics = _metrics(args)
+    core = open_core(args, observer=_observer(metrics), **_server_config(args))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    core.start_worker()
-    log.info("worker running on %s", args.db)
-    stop.wait()
-    core.close()
+    try:
+        if metrics is not None:
+            _serve_metrics(metrics, core, args.host, args.metrics_port)
+        core.start_worker()
+        log.info("worker running on %s", describe_db(args.db))
+        stop.wait()
+    finally:
+        if metrics is not None:
+            metrics.close()
+        core.close()
     return 0
 
 
@@ -404,7 +500,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PaymentError as error:
         print(f"error: {error.code}: {error.message}", file=sys.stderr)
         return 1
-    except (CliError, ValueError, OSError) as error:
+    except (CliError, ValueError, OSError, StoreUnavailableError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     if args.json:

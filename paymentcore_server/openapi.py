@@ -1,14 +1,24 @@
-"""The OpenAPI 3.0.3 description of the whole HTTP API (served at ``GET /openapi.json``, an extension).
+"""The OpenAPI 3.1 description of the whole HTTP API (served at ``GET /openapi.json``, an extension).
 
 Written as Python data, not read from a file: ``openapi_document()`` builds a fresh dict on every call,
 so a caller may change what it gets. Nothing is computed at import besides the constants below.
 
 What the document says is the contract (``spec/api.md`` and CONTRACT §4-§8), not a picture of the
-code: response shapes are exact (``additionalProperties: false``), every error answer names the codes
-its status may carry (CONTRACT §6), and request bodies carry the spec's bounds. Request bodies stay
-open (unknown fields are ignored) and optional request fields accept ``null`` as "not given". Anything
-beyond the spec is marked ``x-extension: true``; the old paths are ``deprecated`` aliases that answer
-identically.
+code: response shapes are exact (``additionalProperties: false``), and request bodies carry the spec's
+bounds. Request bodies stay open (unknown fields are ignored) and optional request fields accept
+``null`` as "not given". Anything beyond the spec is marked ``x-extension: true`` (and says so in its
+description); the old paths are ``deprecated`` aliases that answer identically.
+
+Written for code generators as much as for people:
+
+- every error answer is the one ``Error`` schema, by ``$ref``; the codes a status may carry for an
+  operation are listed in the answer's description and in ``x-error-codes``;
+- a record, an enum or a list page is a named component, defined once and referenced everywhere;
+- a field that may be null says so the 3.1 way (``type: [..., "null"]`` or ``anyOf`` with
+  ``{type: null}``), never with 3.0's ``nullable``;
+- amounts are ``type: number`` described as exact decimals in the currency's units (never
+  ``format: float``);
+- ``webhooks`` describes every event the service POSTs to the merchant: the body and the headers.
 """
 
 from __future__ import annotations
@@ -22,21 +32,27 @@ __all__ = [
     "ALL_CODES",
     "AMOUNT_400",
     "API_VERSION",
+    "COLLECTION_EVENTS",
     "COLLECTION_REFERENCE_PATTERN",
     "DESCRIPTION",
+    "EVENT_ID_PATTERN",
     "HTML",
     "JSON",
+    "LEGACY_EVENT_NAMES",
     "MOBILE_400",
+    "MONEY_DESCRIPTION",
     "OPENAPI_VERSION",
+    "PAYOUT_EVENTS",
     "PAYOUT_REFERENCE_PATTERN",
     "SCOPED_403",
     "TAGS",
     "TIMESTAMP_PATTERN",
     "TRANSACT_403",
+    "WEBHOOK_HEADERS",
     "openapi_document",
 ]
 
-OPENAPI_VERSION = "3.0.3"
+OPENAPI_VERSION = "3.1.0"
 API_VERSION = "1.0.0"
 
 JSON = "application/json"
@@ -61,13 +77,53 @@ ALL_CODES = errors.ALL_CODES  # the error tree is the one list of codes
 TIMESTAMP_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$"
 COLLECTION_REFERENCE_PATTERN = r"^REQ-\d+-[A-Za-z0-9]+$"
 PAYOUT_REFERENCE_PATTERN = r"^PO-\d+-[A-Za-z0-9]+$"
+EVENT_ID_PATTERN = r"^evt_[A-Za-z0-9]+$"
+
+_EXTENSION = "**Extension.** "  # how an extension's description starts
+
+MONEY_DESCRIPTION = (
+    "An exact decimal in the currency's units, not minor units (2500 XAF, 12.5 USD): read it as a "
+    "decimal, never through a binary float."
+)
+
+# --- webhooks (spec "Events") ----------------------------------------------------------------------
+
+COLLECTION_EVENTS = ("collect.succeeded", "collect.failed")
+PAYOUT_EVENTS = ("disburse.sent", "disburse.succeeded", "disburse.failed")
+LEGACY_EVENT_NAMES = {  # the current name -> the name an endpoint registered for legacy names gets
+    "collect.succeeded": "payment.succeeded",
+    "collect.failed": "payment.failed",
+    "disburse.sent": "payout.sent",
+    "disburse.succeeded": "payout.paid",
+    "disburse.failed": "payout.failed",
+}
+WEBHOOK_HEADERS = ("X-Service-Signature", "X-Service-Timestamp", "X-Service-Event", "X-Service-Event-Id")
+
+_EVENT_WHEN = {
+    "collect.succeeded": ("A collection reached SUCCESS: the payer's payment cleared.", "SUCCESS"),
+    "collect.failed": (
+        "A collection reached FAILED: the payment did not clear (including an expired checkout).",
+        "FAILED",
+    ),
+    "disburse.sent": (
+        "A payout reached SENT: the network accepted it. Not yet delivered: wait for disburse.succeeded.",
+        "SENT",
+    ),
+    "disburse.succeeded": ("A payout reached PAID: the recipient has the money.", "PAID"),
+    "disburse.failed": (
+        "A payout reached FAILED (the network refused it; the money stays reserved) or REJECTED (declined "
+        "in review; the money is back in the balance).",
+        "FAILED or REJECTED",
+    ),
+}
 
 TAGS = (
     ("collect", "Money in: direct charge and hosted checkout."),
     ("disburse", "Money out from the merchant's balance."),
     ("discovery", "Read-only lists: countries, providers, channels, amount bounds."),
-    ("account", "The merchant account: payout limits and balances."),
-    ("webhooks", "The merchant's single webhook endpoint."),
+    ("account", "The merchant account: payout limits, balances and the ledger."),
+    ("webhooks", "The merchant's single webhook endpoint, and the events delivered to it."),
+    ("events", "The events written for the merchant: list, inspect, resend (an extension)."),
     ("legacy", "Previous paths; they answer identically and stay with advance notice before any change."),
     ("hosted-checkout", "The payer-facing checkout pages (HTML; an extension)."),
     ("service", "Health and this document."),
@@ -76,12 +132,17 @@ TAGS = (
 DESCRIPTION = """\
 Collect money from mobile money numbers (direct charge or hosted checkout) and disburse money from the
 merchant balance to mobile money numbers. Every endpoint under /v1 needs `Authorization: Bearer
-<API_KEY>`. Bodies are JSON; amounts are JSON numbers in the currency's units, never rounded.
+<API_KEY>`. Bodies are JSON; amounts are JSON numbers in the currency's units, exact decimals, never
+rounded.
 
-Every response carries `X-Request-Id`. Every error has the shape of the `Error` schema; its `requestId`
-equals that header, `code` is the thing to branch on, and only the first problem found is reported.
-An unknown path answers 404 `NOT_FOUND`; a method a path does not accept answers 405 `INVALID_REQUEST`
-with an `Allow` header; a body over 1 MiB answers 413 `INVALID_REQUEST`.
+Every response carries `X-Request-Id`. Every error has the shape of the one `Error` schema; its
+`requestId` equals that header, `code` is the thing to branch on (each error answer lists the codes it
+may carry in `x-error-codes`), and only the first problem found is reported. An unknown path answers
+404 `NOT_FOUND`; a method a path does not accept answers 405 `INVALID_REQUEST` with an `Allow` header; a
+body over 1 MiB answers 413 `INVALID_REQUEST`.
+
+The `webhooks` section describes what the service POSTs to the merchant's registered URL: one entry per
+event name (current and legacy), with its body and its signed headers.
 
 Operations, responses and fields marked `x-extension: true` go beyond the API specification."""
 
@@ -97,12 +158,33 @@ def _schema(name: str) -> dict[str, Any]:
     return _ref("schemas", name)
 
 
-def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
-    return {**schema, "nullable": True}
+def _nullable(schema: dict[str, Any], **meta: Any) -> dict[str, Any]:
+    """``schema`` or null, the 3.1 way: ``null`` joins a plain type (and its enum); a ``$ref`` or a
+    composite becomes ``anyOf`` with ``{type: null}``. ``meta`` (a description, ...) goes on the outside."""
+    kind = schema.get("type")
+    if "$ref" in schema or kind is None:
+        return {"anyOf": [schema, {"type": "null"}], **meta}
+    types = kind if isinstance(kind, list) else [kind]
+    result = {**schema, "type": [*types, "null"], **meta}
+    if "enum" in result:
+        result["enum"] = [*result["enum"], None]
+    return result
 
 
 def _string(**bounds: Any) -> dict[str, Any]:
     return {"type": "string", **bounds}
+
+
+def _money(description: str | None = None) -> dict[str, Any]:
+    text = MONEY_DESCRIPTION if description is None else f"{description} {MONEY_DESCRIPTION}"
+    return {"type": "number", "description": text}
+
+
+def _timestamp(description: str | None = None) -> dict[str, Any]:
+    schema = _string(format="date-time", pattern=TIMESTAMP_PATTERN, examples=["2026-01-01T00:00:00.000Z"])
+    if description is not None:
+        schema["description"] = description
+    return schema
 
 
 def _exact_object(
@@ -124,6 +206,22 @@ def _exact_object(
     if extension:
         schema["x-extension"] = True
     return schema
+
+
+def _page(item: dict[str, Any], what: str) -> dict[str, Any]:
+    """One page of a list: ``{"data": [...], "hasMore": bool}`` (an extension)."""
+    return _exact_object(
+        {
+            "data": {"type": "array", "items": item, "description": f"{what}, at most `limit` of them."},
+            "hasMore": {
+                "type": "boolean",
+                "description": "true when more items follow: ask again with startingAfter set to the last "
+                "item's id.",
+            },
+        },
+        description=f"**Extension.** One page of {what}.",
+        extension=True,
+    )
 
 
 def _open_object(properties: dict[str, Any], *, required: list[str], **more: Any) -> dict[str, Any]:
@@ -161,12 +259,16 @@ def _ok(
 
 
 def _error(description: str, codes: tuple[str, ...], *headers: str) -> dict[str, Any]:
-    """An error answer whose ``code`` is one of ``codes`` (CONTRACT §6)."""
-    schema = {"allOf": [_schema("Error"), {"type": "object", "properties": {"code": {"enum": list(codes)}}}]}
+    """An error answer: the one ``Error`` schema, whose ``code`` is one of ``codes`` (CONTRACT §6).
+
+    The codes are listed in the description and in ``x-error-codes``, not in a per-answer schema, so a
+    generated client has one error model."""
+    listed = ", ".join(f"`{code}`" for code in codes)
     return {
-        "description": description,
+        "description": f"{description} Codes: {listed}.",
         "headers": _headers("X-Request-Id", *headers),
-        "content": _json_content(schema),
+        "content": _json_content(_schema("Error")),
+        "x-error-codes": list(codes),
     }
 
 
@@ -177,12 +279,11 @@ def _authenticated_errors(
     not_found: str | None = None,
     body: bool = False,
     idempotent: bool = False,
+    bad_request_description: str = "The request is not valid; `param` names the field or header at fault.",
 ) -> dict[str, Any]:
     responses: dict[str, Any] = {}
     if bad_request is not None:
-        responses["400"] = _error(
-            "The request is not valid; `param` names the field or header at fault.", bad_request
-        )
+        responses["400"] = _error(bad_request_description, bad_request)
     responses["401"] = _ref("responses", "Unauthorized")
     responses["403"] = _error(
         "Refused: key scope, account state, or a switch or limit; `code` says which.", forbidden
@@ -234,34 +335,53 @@ def _operation(
 # --- components ------------------------------------------------------------------------------------
 
 
-def _components() -> dict[str, Any]:
-    money = {"type": "number", "description": "An amount in the currency's units (not minor units)."}
-    timestamp = _string(format="date-time", pattern=TIMESTAMP_PATTERN, example="2026-01-01T00:00:00.000Z")
-    collection: dict[str, Any] = {
-        "reference": _string(pattern=COLLECTION_REFERENCE_PATTERN),
-        "status": _schema("CollectionStatus"),
-        "amount": money,
-        "currency": _string(),
-        "requestedAmount": money,
-        "requestedCurrency": _string(),
-        "description": _string(),
-        "merchantReference": _nullable(_string()),
-        "checkoutUrl": _nullable(_string(format="uri")),
-        "method": _nullable(_string(enum=["MOBILE_MONEY", "CARD", "CRYPTO", None])),
-        "providerCode": _nullable(_string()),
-        "expiresAt": timestamp,
-        "createdAt": timestamp,
-        "failureCategory": _nullable(_string()),
+def _enums() -> dict[str, Any]:
+    """Every enum of the API, once: a generated client gets one type per enum."""
+    return {
+        "ErrorCode": _string(enum=list(ALL_CODES), description="Stable; branch on it."),
+        "CollectionStatus": _string(enum=["PENDING", "PROCESSING", "SUCCESS", "FAILED"]),
+        "PayoutStatus": _string(
+            enum=["PENDING", "SENT", "PAID", "FAILED", "REJECTED"],
+            description="PENDING and SENT: the money is reserved; PAID: the recipient has it; FAILED: the "
+            "network did not complete it (the money stays reserved); REJECTED: declined in review (the "
+            "money is back in the balance).",
+        ),
+        "PaymentMethod": _string(
+            enum=["MOBILE_MONEY", "CARD", "CRYPTO"],
+            description="The class of payment; the same for every mobile network (read providerCode).",
+        ),
+        "WebhookEventNames": _string(
+            enum=["legacy", "v2"],
+            description="Which event names the endpoint receives: `v2` the current ones, `legacy` the old "
+            "ones.",
+        ),
+        "BlockedBy": _string(enum=["PLATFORM", "ACCOUNT_DISABLED", "CURRENCY_CLOSED"]),
+        "ChannelReason": _string(
+            enum=["not_yet_enabled", "restricted"],
+            description="Why a channel is not available: not open platform-wide, or disabled for this "
+            "account.",
+        ),
+        "EventType": _string(
+            enum=list(_EVENT_WHEN),
+            description="An event's current name (also for an endpoint that receives the legacy names).",
+        ),
+        "DeliveryStatus": _string(
+            enum=["PENDING", "DELIVERED", "FAILED"],
+            description="**Extension.** PENDING: not delivered yet (attempts may be under way); DELIVERED: "
+            "the endpoint answered 2xx; FAILED: every attempt failed, or there was no endpoint to send it "
+            "to.",
+            **{"x-extension": True},
+        ),
+        "CollectionEventStatus": _string(enum=["SUCCESS", "FAILED"]),
+        "PayoutEventName": _string(
+            enum=[*PAYOUT_EVENTS, *(LEGACY_EVENT_NAMES[name] for name in PAYOUT_EVENTS)],
+            description="The event's name as delivered: the legacy name for an endpoint registered for "
+            "legacy names.",
+        ),
     }
-    amount_in = {
-        "type": "number",
-        "minimum": 0,
-        "exclusiveMinimum": True,
-        "description": "A JSON number, positive, within the currency's bounds (GET /v1/limits) and with no "
-        "more decimals than the currency has: more precision is refused, never rounded. Strings, "
-        "booleans, NaN and Infinity are refused.",
-        "example": 1000,
-    }
+
+
+def _request_schemas() -> dict[str, Any]:
     merchant_reference_in = _nullable(
         _string(maxLength=120, description="The merchant's own identifier, echoed back as merchantReference.")
     )
@@ -272,33 +392,26 @@ def _components() -> dict[str, Any]:
             description="Alias of merchantReference, read only when merchantReference is not given.",
         )
     )
-    schemas: dict[str, Any] = {
-        "Error": _exact_object(
-            {
-                "code": {"type": "string", "enum": list(ALL_CODES), "description": "Stable; branch on it."},
-                "message": _string(description="Human text; free to change."),
-                "param": _string(description="The field or header at fault; absent when not about one."),
-                "details": {
-                    "type": "object",
-                    "description": "The numbers behind the message: on amount, balance and limit failures "
-                    "(and `expected` on CURRENCY_MISMATCH); absent otherwise.",
-                    "additionalProperties": True,
-                },
-                "requestId": _string(minLength=1, description="Equals the X-Request-Id header."),
-            },
-            required=["code", "message", "requestId"],
-        ),
-        "Amount": amount_in,
+    expires_in_minutes = _nullable({"type": "integer", "minimum": 1, "maximum": 10080, "default": 60})
+    return {
+        "Amount": {
+            "type": "number",
+            "exclusiveMinimum": 0,
+            "description": "A JSON number, positive, within the currency's bounds (GET /v1/limits) and with "
+            "no more decimals than the currency has: more precision is refused, never rounded. Strings, "
+            "booleans, NaN and Infinity are refused. " + MONEY_DESCRIPTION,
+            "examples": [1000],
+        },
         "ChargeRequest": _open_object(
             {
                 "amount": _schema("Amount"),
                 "currency": _string(
-                    minLength=1, description="A currency from GET /v1/limits.", example="XAF"
+                    minLength=1, description="A currency from GET /v1/limits.", examples=["XAF"]
                 ),
-                "country": _string(minLength=1, description="ISO country of the number.", example="CM"),
+                "country": _string(minLength=1, description="ISO country of the number.", examples=["CM"]),
                 "provider": _string(minLength=1, description="A code from GET /v1/account/providers."),
                 "phone": _string(
-                    minLength=1, description="The local number, digits only.", example="670000000"
+                    minLength=1, description="The local number, digits only.", examples=["670000000"]
                 ),
                 "merchantReference": merchant_reference_in,
                 "reference": reference_alias,
@@ -309,38 +422,36 @@ def _components() -> dict[str, Any]:
         "CheckoutRequest": _open_object(
             {
                 "amount": _schema("Amount"),
-                "currency": _string(minLength=1, description="Any active currency code.", example="XAF"),
+                "currency": _string(minLength=1, description="Any active currency code.", examples=["XAF"]),
                 "description": _nullable(_string(maxLength=200, description="Shown to the payer.")),
                 "merchantReference": merchant_reference_in,
                 "reference": reference_alias,
-                "expiresInMinutes": _nullable(
-                    {"type": "integer", "minimum": 1, "maximum": 10080, "default": 60}
-                ),
+                "expiresInMinutes": expires_in_minutes,
             },
             required=["amount", "currency"],
         ),
         "LegacyPaymentRequest": _open_object(
             {
                 "amount": _schema("Amount"),
-                "currency": _string(minLength=1, example="XAF"),
+                "currency": _string(minLength=1, examples=["XAF"]),
                 "description": _nullable(_string(maxLength=200)),
                 "reference": _nullable(
                     _string(
                         maxLength=120, description="The merchant's identifier, echoed as merchantReference."
                     )
                 ),
-                "expiresInMinutes": _nullable(
-                    {"type": "integer", "minimum": 1, "maximum": 10080, "default": 60}
-                ),
+                "expiresInMinutes": expires_in_minutes,
             },
             required=["amount", "currency"],
         ),
         "DisburseRequest": _open_object(
             {
                 "amount": _schema("Amount"),
-                "currency": _string(minLength=1, description="A currency held in a balance.", example="XAF"),
+                "currency": _string(
+                    minLength=1, description="A currency held in a balance.", examples=["XAF"]
+                ),
                 "phone": _string(
-                    minLength=1, maxLength=32, description="The local number.", example="670000000"
+                    minLength=1, maxLength=32, description="The local number.", examples=["670000000"]
                 ),
                 "recipientName": _nullable(_string(maxLength=120)),
                 "provider": _nullable(
@@ -362,10 +473,52 @@ def _components() -> dict[str, Any]:
                     "refused.",
                 ),
                 "events": _nullable(
-                    _string(enum=["legacy", "v2", None], description="`legacy` keeps the old event names.")
+                    _schema("WebhookEventNames"), description="`legacy` keeps the old event names."
                 ),
             },
             required=["url"],
+        ),
+    }
+
+
+def _record_schemas() -> dict[str, Any]:
+    collection: dict[str, Any] = {
+        "reference": _string(pattern=COLLECTION_REFERENCE_PATTERN),
+        "status": _schema("CollectionStatus"),
+        "amount": _money(
+            "Before payment the requested price (legacy path: its settlement-currency equivalent); after "
+            "SUCCESS the net amount credited to the merchant."
+        ),
+        "currency": _string(),
+        "requestedAmount": _money("The price asked; never changes."),
+        "requestedCurrency": _string(),
+        "description": _string(),
+        "merchantReference": _nullable(_string()),
+        "checkoutUrl": _nullable(_string(format="uri")),
+        "method": _nullable(_schema("PaymentMethod"), description="Null until the payer has chosen."),
+        "providerCode": _nullable(
+            _string(), description="The network that pays; null until chosen. Branch on this, not method."
+        ),
+        "expiresAt": _timestamp(),
+        "createdAt": _timestamp(),
+        "failureCategory": _nullable(_string()),
+    }
+    return {
+        "Error": _exact_object(
+            {
+                "code": _schema("ErrorCode"),
+                "message": _string(description="Human text; free to change."),
+                "param": _string(description="The field or header at fault; absent when not about one."),
+                "details": {
+                    "type": "object",
+                    "description": "The numbers behind the message: on amount, balance and limit failures "
+                    "(and `expected` on CURRENCY_MISMATCH); absent otherwise.",
+                    "additionalProperties": True,
+                },
+                "requestId": _string(minLength=1, description="Equals the X-Request-Id header."),
+            },
+            required=["code", "message", "requestId"],
+            description="Every error answer, whatever the status. Branch on `code`.",
         ),
         "CollectionRecord": _exact_object(collection),
         "LegacyCollectionRecord": _exact_object(
@@ -373,23 +526,22 @@ def _components() -> dict[str, Any]:
             description="The Collection record of a payment created through POST /v1/payments: "
             "no method and no providerCode.",
         ),
-        "CollectionStatus": _string(enum=["PENDING", "PROCESSING", "SUCCESS", "FAILED"]),
         "ChargeResponse": _exact_object(
             {
                 "reference": _string(pattern=COLLECTION_REFERENCE_PATTERN),
-                "status": _string(enum=["PENDING"]),
-                "amount": money,
+                "status": _string(const="PENDING"),
+                "amount": _money(),
                 "currency": _string(),
                 "provider": _string(),
                 "merchantReference": _nullable(_string()),
-                "createdAt": timestamp,
+                "createdAt": _timestamp(),
             }
         ),
         "PayoutRecord": _exact_object(
             {
                 "reference": _string(pattern=PAYOUT_REFERENCE_PATTERN),
-                "status": _string(enum=["PENDING", "SENT", "PAID", "FAILED", "REJECTED"]),
-                "amount": money,
+                "status": _schema("PayoutStatus"),
+                "amount": _money("What is sent."),
                 "currency": _string(),
                 "phone": _string(),
                 "recipientName": _nullable(_string()),
@@ -397,7 +549,7 @@ def _components() -> dict[str, Any]:
                 "providerReference": _nullable(_string()),
                 "awaitingReview": {"type": "boolean"},
                 "statusReason": _nullable(_string()),
-                "createdAt": timestamp,
+                "createdAt": _timestamp(),
             },
             required=[
                 "reference",
@@ -419,28 +571,28 @@ def _components() -> dict[str, Any]:
         "DisburseLimitsEnabled": _exact_object(
             {
                 "currency": _string(),
-                "enabled": {"type": "boolean", "enum": [True]},
-                "platformEnabled": {"type": "boolean", "enum": [True]},
-                "configured": {"type": "boolean", "enum": [True]},
-                "blockedBy": _nullable({"type": "string", "enum": [None]}),
-                "message": _nullable({"type": "string", "enum": [None]}),
-                "perTransaction": _nullable(money),
-                "perDay": _nullable(money),
-                "perWeek": _nullable(money),
-                "reviewThreshold": _nullable(money),
-                "spentToday": money,
-                "spentThisWeek": money,
-                "remainingToday": _nullable(money),
-                "remainingThisWeek": _nullable(money),
+                "enabled": {"type": "boolean", "const": True},
+                "platformEnabled": {"type": "boolean", "const": True},
+                "configured": {"type": "boolean", "const": True},
+                "blockedBy": {"type": "null"},
+                "message": {"type": "null"},
+                "perTransaction": _nullable(_money("Largest single payout.")),
+                "perDay": _nullable(_money("Rolling 24-hour ceiling; null = none.")),
+                "perWeek": _nullable(_money("Rolling 7-day ceiling; null = none.")),
+                "reviewThreshold": _nullable(_money("Amounts strictly above it are held; null = none.")),
+                "spentToday": _money("Committed in the 24-hour window."),
+                "spentThisWeek": _money("Committed in the 7-day window."),
+                "remainingToday": _nullable(_money("Left in the day window; null where no ceiling.")),
+                "remainingThisWeek": _nullable(_money("Left in the week window; null where no ceiling.")),
             }
         ),
         "DisburseLimitsBlocked": _exact_object(
             {
                 "currency": _string(),
-                "enabled": {"type": "boolean", "enum": [False]},
+                "enabled": {"type": "boolean", "const": False},
                 "platformEnabled": {"type": "boolean"},
                 "configured": {"type": "boolean"},
-                "blockedBy": _string(enum=["PLATFORM", "ACCOUNT_DISABLED", "CURRENCY_CLOSED"]),
+                "blockedBy": _schema("BlockedBy"),
                 "message": _string(minLength=1),
             }
         ),
@@ -471,7 +623,7 @@ def _components() -> dict[str, Any]:
                 "method": _string(),
                 "country": _string(),
                 "available": {"type": "boolean"},
-                "reason": _nullable(_string(enum=["not_yet_enabled", "restricted", None])),
+                "reason": _nullable(_schema("ChannelReason"), description="null when available."),
             }
         ),
         "CountryEntry": _exact_object(
@@ -488,8 +640,8 @@ def _components() -> dict[str, Any]:
         "LimitEntry": _exact_object(
             {
                 "currency": _string(),
-                "min": money,
-                "max": money,
+                "min": _money(),
+                "max": _money(),
                 "decimals": {"type": "integer", "minimum": 0},
             }
         ),
@@ -498,8 +650,8 @@ def _components() -> dict[str, Any]:
                 "url": _string(),
                 "signingSecret": _string(minLength=1, description="Shown here only, never again."),
                 "isActive": {"type": "boolean"},
-                "updatedAt": timestamp,
-                "events": _string(enum=["legacy", "v2"]),
+                "updatedAt": _timestamp(),
+                "events": _schema("WebhookEventNames"),
             },
             required=["url", "signingSecret", "isActive", "updatedAt"],
         ),
@@ -508,21 +660,25 @@ def _components() -> dict[str, Any]:
                 "url": _string(),
                 "isActive": {"type": "boolean"},
                 "disabledReason": _nullable(_string()),
-                "updatedAt": timestamp,
-                "events": _string(enum=["legacy", "v2"]),
+                "updatedAt": _timestamp(),
+                "events": _schema("WebhookEventNames"),
             },
             required=["url", "isActive", "disabledReason", "updatedAt"],
         ),
-        "Balances": _exact_object(
+        "Balance": _exact_object(
             {
-                "balances": {
-                    "type": "array",
-                    "items": _exact_object({"currency": _string(), "available": money, "reserved": money}),
-                }
+                "currency": _string(),
+                "available": _money("Can be paid out."),
+                "reserved": _money("Held by payouts that are not finished."),
             },
             extension=True,
         ),
-        "Health": _exact_object({"status": _string(enum=["ok"])}, extension=True),
+        "Balances": _exact_object(
+            {"balances": {"type": "array", "items": _schema("Balance")}},
+            description="**Extension.** One entry per currency the merchant has ever held.",
+            extension=True,
+        ),
+        "Health": _exact_object({"status": _string(const="ok")}, extension=True),
         "CheckoutStatus": {
             "type": "object",
             "description": "What the hosted page's script polls; the page may add display fields.",
@@ -531,7 +687,146 @@ def _components() -> dict[str, Any]:
             "x-extension": True,
         },
     }
-    headers = {
+
+
+def _list_schemas() -> dict[str, Any]:
+    event_summary: dict[str, Any] = {
+        "id": _string(pattern=EVENT_ID_PATTERN, description="The event's id: the webhook body's eventId."),
+        "type": _schema("EventType"),
+        "reference": _string(description="The collection (REQ-...) or payout (PO-...) the event is about."),
+        "createdAt": _timestamp("When the event was written (with the state change it reports)."),
+        "deliveryStatus": _schema("DeliveryStatus"),
+        "attempts": {"type": "integer", "minimum": 0, "description": "Delivery attempts made so far."},
+    }
+    return {
+        "PayoutList": _page(_schema("PayoutRecord"), "payout records"),
+        "CollectionList": _page(
+            {"oneOf": [_schema("CollectionRecord"), _schema("LegacyCollectionRecord")]},
+            "collection records (a payment created through POST /v1/payments has no method and no "
+            "providerCode)",
+        ),
+        "LedgerEntry": _exact_object(
+            {
+                "id": _string(description="The entry's id."),
+                "createdAt": _timestamp(),
+                "type": _string(
+                    description="The kind of movement, e.g. a collection credited, a payout reserved, "
+                    "paid out or released."
+                ),
+                "reference": _string(description="The collection (REQ-...) or payout (PO-...) behind it."),
+                "amount": _money("Signed: positive adds to the merchant's money, negative takes from it."),
+                "available": _money("The available balance right after this entry."),
+                "reserved": _money("The reserved balance right after this entry."),
+            },
+            description="**Extension.** One movement of the merchant's balance in one currency.",
+            extension=True,
+        ),
+        "LedgerEntryList": _page(_schema("LedgerEntry"), "ledger entries"),
+        "EventSummary": _exact_object(
+            event_summary,
+            description="**Extension.** An event written for the merchant and where its delivery stands.",
+            extension=True,
+        ),
+        "EventRecord": _exact_object(
+            {
+                **event_summary,
+                "payload": {
+                    "type": "object",
+                    "additionalProperties": True,
+                    "description": "The event's body (see the `webhooks` section for its shape).",
+                },
+                "deliveries": {
+                    "type": "array",
+                    "items": _schema("EventDelivery"),
+                    "description": "Every delivery attempt, oldest first.",
+                },
+            },
+            description="**Extension.** An event, its body and every delivery attempt.",
+            extension=True,
+        ),
+        "EventDelivery": _exact_object(
+            {
+                "at": _timestamp("When the attempt was made."),
+                "responseStatus": _nullable(
+                    {"type": "integer"}, description="The HTTP status answered; null when none came."
+                ),
+                "error": _nullable(_string(), description="Why the attempt failed; null when it did not."),
+                "durationMs": {"type": "integer", "minimum": 0, "description": "How long it took."},
+            },
+            description="**Extension.** One delivery attempt of an event.",
+            extension=True,
+        ),
+        "EventList": _page(_schema("EventSummary"), "events"),
+    }
+
+
+def _event_schemas() -> dict[str, Any]:
+    """The bodies the service POSTs to the merchant's webhook endpoint."""
+    event_id = _string(
+        pattern=EVENT_ID_PATTERN,
+        description="**Extension.** The event's id: the same on every delivery of the event (retries and "
+        "redeliveries); equals the X-Service-Event-Id header. Store it and ignore repeats.",
+        **{"x-extension": True},
+    )
+    return {
+        "CollectionEvent": _exact_object(
+            {
+                "invoiceReference": _string(
+                    pattern=COLLECTION_REFERENCE_PATTERN, description="The collection's reference."
+                ),
+                "status": _schema("CollectionEventStatus"),
+                "amount": _money(
+                    "What the payer was charged, fee included (the price if the payer never chose)."
+                ),
+                "currency": _string(description="Currency of amount."),
+                "settledAmount": _money(
+                    "What the merchant received (net): the record's amount after SUCCESS; 0 on failure."
+                ),
+                "settledCurrency": _string(description="Currency of settledAmount."),
+                "requestedAmount": _money("The price originally asked."),
+                "requestedCurrency": _string(description="Currency of requestedAmount."),
+                "paymentMethod": _nullable(
+                    _string(),
+                    description="The class of payment (MOBILE_MONEY, LIGHTNING, ...); cannot tell mobile "
+                    "networks apart; null if the payer never chose.",
+                ),
+                "providerCode": _nullable(
+                    _string(), description="The network that paid; null if the payer never chose."
+                ),
+                "failureReason": _nullable(_string(), description="Human reason on failure, else null."),
+                "timestamp": _timestamp("When the event happened."),
+                "eventId": event_id,
+            },
+            description="The body of collect.succeeded and collect.failed (and of their legacy names): flat.",
+        ),
+        "PayoutEventData": _exact_object(
+            {
+                "reference": _string(pattern=PAYOUT_REFERENCE_PATTERN),
+                "status": _schema("PayoutStatus"),
+                "amount": _money("The amount sent."),
+                "currency": _string(),
+                "phone": _string(),
+                "recipientName": _nullable(_string()),
+                "merchantReference": _nullable(_string()),
+                "providerReference": _nullable(_string()),
+                "statusReason": _nullable(_string()),
+            },
+            description="The payout, with the Payout record's meanings.",
+        ),
+        "PayoutEvent": _exact_object(
+            {
+                "event": _schema("PayoutEventName"),
+                "data": _schema("PayoutEventData"),
+                "eventId": event_id,
+            },
+            description="The body of disburse.sent, disburse.succeeded and disburse.failed (and of their "
+            "legacy names): the payout wrapped in `{event, data}`.",
+        ),
+    }
+
+
+def _header_components() -> dict[str, Any]:
+    return {
         "X-Request-Id": {
             "description": "The request's id; equals `requestId` in an error body.",
             "required": True,
@@ -569,7 +864,10 @@ def _components() -> dict[str, Any]:
         "Allow": {"description": "The methods the path accepts.", "required": True, "schema": _string()},
         "Location": {"description": "Where to go next.", "required": True, "schema": _string()},
     }
-    responses = {
+
+
+def _response_components() -> dict[str, Any]:
+    return {
         "Unauthorized": _error("The API key is missing, malformed, unknown or revoked.", ("UNAUTHORIZED",)),
         "IdempotencyKeyReused": {
             **_error(
@@ -588,7 +886,23 @@ def _components() -> dict[str, Any]:
         "NotFound": _error("No such path, or no such resource on this account.", ("NOT_FOUND",)),
         "MethodNotAllowed": _error("The path does not accept this method.", ("INVALID_REQUEST",), "Allow"),
     }
-    parameters = {
+
+
+def _query(name: str, description: str, schema: dict[str, Any], *, required: bool = False) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": required, "description": description, "schema": schema}
+
+
+def _parameter_components() -> dict[str, Any]:
+    def path(name: str, description: str) -> dict[str, Any]:
+        return {
+            "name": name,
+            "in": "path",
+            "required": True,
+            "description": description,
+            "schema": _string(minLength=1),
+        }
+
+    return {
         "IdempotencyKey": {
             "name": "Idempotency-Key",
             "in": "header",
@@ -605,28 +919,71 @@ def _components() -> dict[str, Any]:
             "twice. The same key with another body answers 409.",
             "schema": _string(minLength=1, maxLength=200),
         },
-        "CollectionReference": {
-            "name": "reference",
-            "in": "path",
+        "CollectionReference": path("reference", "A collection reference (REQ-...)."),
+        "PayoutReference": path("reference", "A payout reference (PO-...)."),
+        "Currency": path("currency", "A currency that can be paid out, e.g. XAF."),
+        "EventId": path("id", "An event id (evt_...), as in the webhook body's eventId."),
+        "Limit": _query(
+            "limit",
+            "How many items a page holds: 1 to 100, 20 when not given.",
+            {"type": "integer", "minimum": 1, "maximum": 100, "default": 20},
+        ),
+        "StartingAfter": _query(
+            "startingAfter",
+            "Start the page after this item: the `reference` (payouts, collections) or `id` (ledger "
+            "entries, events) of the previous page's last item. One that is not in the list answers 400 "
+            "INVALID_REQUEST with param startingAfter.",
+            _string(),
+        ),
+        "MerchantReferenceFilter": _query(
+            "merchantReference", "Only the records with this merchantReference.", _string()
+        ),
+        "PayoutStatusFilter": _query("status", "Only the payouts in this status.", _schema("PayoutStatus")),
+        "CollectionStatusFilter": _query(
+            "status", "Only the collections in this status.", _schema("CollectionStatus")
+        ),
+        "LedgerCurrency": _query("currency", "The balance's currency, e.g. XAF.", _string(), required=True),
+        "EventTypeFilter": _query(
+            "type",
+            "Only the events of this type (a current name: "
+            + ", ".join(f"`{name}`" for name in _EVENT_WHEN)
+            + ").",
+            _string(),
+        ),
+        "DeliveryStatusFilter": _query(
+            "deliveryStatus", "Only the events whose delivery stands here.", _schema("DeliveryStatus")
+        ),
+        "WebhookSignature": {
+            "name": "X-Service-Signature",
+            "in": "header",
             "required": True,
-            "description": "A collection reference (REQ-...).",
-            "schema": _string(minLength=1),
+            "description": "`sha256=` and the lowercase hex HMAC-SHA-256, keyed with the signing secret, of "
+            "the X-Service-Timestamp value, a full stop, and the raw body bytes. Verify over the raw body "
+            "as received and compare in constant time.",
+            "schema": _string(pattern=r"^sha256=[0-9a-f]{64}$"),
         },
-        "PayoutReference": {
-            "name": "reference",
-            "in": "path",
+        "WebhookTimestamp": {
+            "name": "X-Service-Timestamp",
+            "in": "header",
             "required": True,
-            "description": "A payout reference (PO-...).",
-            "schema": _string(minLength=1),
+            "description": "Unix time in seconds when this attempt was signed (each retry is signed afresh). "
+            "Refuse a delivery more than 300 seconds away from your clock, even with a valid signature.",
+            "schema": _string(pattern=r"^\d+$"),
         },
-        "Currency": {
-            "name": "currency",
-            "in": "path",
+        "WebhookEventId": {
+            "name": "X-Service-Event-Id",
+            "in": "header",
             "required": True,
-            "description": "A currency that can be paid out, e.g. XAF.",
-            "schema": _string(minLength=1),
+            "description": "**Extension.** The event's stable id (`evt_...`): the same on every retry and "
+            "redelivery of the event, and equal to the body's eventId. Not covered by the signature: "
+            "de-duplicate on the signed body's eventId, or check that the two agree.",
+            "schema": _string(pattern=EVENT_ID_PATTERN),
+            "x-extension": True,
         },
     }
+
+
+def _components() -> dict[str, Any]:
     return {
         "securitySchemes": {
             "bearerAuth": {
@@ -635,10 +992,16 @@ def _components() -> dict[str, Any]:
                 "description": "An API key created in the dashboard, with the Collect and/or Disburse scope.",
             }
         },
-        "schemas": schemas,
-        "headers": headers,
-        "responses": responses,
-        "parameters": parameters,
+        "schemas": {
+            **_enums(),
+            **_request_schemas(),
+            **_record_schemas(),
+            **_list_schemas(),
+            **_event_schemas(),
+        },
+        "headers": _header_components(),
+        "responses": _response_components(),
+        "parameters": _parameter_components(),
     }
 
 
@@ -647,6 +1010,40 @@ def _components() -> dict[str, Any]:
 
 def _body(schema_name: str, example: dict[str, Any]) -> dict[str, Any]:
     return {"required": True, "content": _json_content(_schema(schema_name), example)}
+
+
+def _listing(
+    operation_id: str,
+    summary: str,
+    tag: str,
+    page: str,
+    *,
+    description: str,
+    filters: tuple[str, ...] = (),
+    forbidden: tuple[str, ...] = ACCESS_403,
+    bad_request: tuple[str, ...] = ("INVALID_REQUEST",),
+) -> dict[str, Any]:
+    """A GET answering one page, ``{"data": [...], "hasMore": bool}`` (an extension)."""
+    return _operation(
+        operation_id,
+        summary,
+        tag,
+        {
+            "200": _ok("One page; `hasMore` tells whether another follows.", _schema(page)),
+            **_authenticated_errors(forbidden=forbidden, bad_request=bad_request),
+        },
+        description=_EXTENSION
+        + description
+        + " Pages: `limit` items at most (default 20, at most 100); the next page starts after the last "
+        "item given as `startingAfter`. A bad `limit`, `startingAfter` or filter answers 400 "
+        "INVALID_REQUEST, `param` naming it.",
+        parameters=[
+            *(_ref("parameters", name) for name in filters),
+            _ref("parameters", "Limit"),
+            _ref("parameters", "StartingAfter"),
+        ],
+        extension=True,
+    )
 
 
 def _collect_paths() -> dict[str, Any]:
@@ -758,6 +1155,19 @@ def _collect_paths() -> dict[str, Any]:
                 ),
             )
         },
+        "/v1/collect": {
+            "get": _listing(
+                "listCollections",
+                "List collections",
+                "collect",
+                "CollectionList",
+                description="Needs the Collect scope. The merchant's collection records (charges, "
+                "checkouts and legacy payments), optionally only those in one status or with one "
+                "merchantReference.",
+                filters=("CollectionStatusFilter", "MerchantReferenceFilter"),
+                forbidden=SCOPED_403,
+            )
+        },
         "/v1/collect/checkout": {"post": checkout(legacy=False)},
         "/v1/payments": {"post": checkout(legacy=True)},
         "/v1/collect/{reference}": {"get": get_collection(legacy=False)},
@@ -846,7 +1256,19 @@ def _disburse_paths() -> dict[str, Any]:
         )
 
     return {
-        "/v1/disburse": {"post": create(legacy=False)},
+        "/v1/disburse": {
+            "post": create(legacy=False),
+            "get": _listing(
+                "listPayouts",
+                "List payouts",
+                "disburse",
+                "PayoutList",
+                description="Needs the Disburse scope. The merchant's payout records, optionally only "
+                "those in one status or with one merchantReference.",
+                filters=("PayoutStatusFilter", "MerchantReferenceFilter"),
+                forbidden=SCOPED_403,
+            ),
+        },
         "/v1/payouts": {"post": create(legacy=True)},
         "/v1/disburse/{reference}": {"get": get(legacy=False)},
         "/v1/payouts/{reference}": {"get": get(legacy=True)},
@@ -895,6 +1317,73 @@ def _discovery_paths() -> dict[str, Any]:
                 "Available and reserved money per currency",
                 "account",
                 {"200": _ok("The balances.", _schema("Balances")), **_authenticated_errors()},
+                description=_EXTENSION + "Any valid key of the merchant may read it.",
+                extension=True,
+            )
+        },
+        "/v1/account/ledger": {
+            "get": _listing(
+                "listLedgerEntries",
+                "The movements of one balance",
+                "account",
+                "LedgerEntryList",
+                description="Any valid key of the merchant may read it. The entries of the balance in "
+                "`currency`, each with the signed amount it moved and the available and reserved balance "
+                "after it.",
+                filters=("LedgerCurrency",),
+                bad_request=("INVALID_REQUEST", "UNKNOWN_CURRENCY"),
+            )
+        },
+    }
+
+
+def _event_paths() -> dict[str, Any]:
+    event = [_ref("parameters", "EventId")]
+    not_found = "No such event on this account."
+    return {
+        "/v1/events": {
+            "get": _listing(
+                "listEvents",
+                "List the events written for the merchant",
+                "events",
+                "EventList",
+                description="Any valid key of the merchant may read it. Every event written for the "
+                "merchant (the ones the `webhooks` section describes), with where its delivery stands.",
+                filters=("EventTypeFilter", "DeliveryStatusFilter"),
+            )
+        },
+        "/v1/events/{id}": {
+            "get": _operation(
+                "getEvent",
+                "Read an event, its body and its delivery attempts",
+                "events",
+                {
+                    "200": _ok("The event.", _schema("EventRecord")),
+                    **_authenticated_errors(not_found=not_found),
+                },
+                description=_EXTENSION + "Any valid key of the merchant may read it.",
+                parameters=event,
+                extension=True,
+            )
+        },
+        "/v1/events/{id}/resend": {
+            "post": _operation(
+                "resendEvent",
+                "Deliver an event again",
+                "events",
+                {
+                    "202": _ok("Queued for one more delivery; the event.", _schema("EventRecord")),
+                    **_authenticated_errors(
+                        bad_request=("INVALID_REQUEST",),
+                        bad_request_description="No webhook endpoint is registered to deliver it to.",
+                        not_found=not_found,
+                    ),
+                },
+                description=_EXTENSION
+                + "Any valid key of the merchant. Queues one more delivery of the event to the "
+                "registered endpoint: the same body, eventId and X-Service-Event-Id, signed afresh. Answers "
+                "400 INVALID_REQUEST when no webhook endpoint is registered.",
+                parameters=event,
                 extension=True,
             )
         },
@@ -957,7 +1446,11 @@ def _service_paths() -> dict[str, Any]:
                 "healthz",
                 "Liveness",
                 "service",
-                {"200": _ok("The server answers.", _schema("Health"), rate_limited=False), **server_error},
+                {
+                    "200": _ok("The server and its database answer.", _schema("Health"), rate_limited=False),
+                    **server_error,
+                    "503": _error("The database did not answer in time (0.8 s).", ("SERVER_ERROR",)),
+                },
                 public=True,
                 extension=True,
             )
@@ -1099,6 +1592,118 @@ def _page_paths() -> dict[str, Any]:
     }
 
 
+# --- webhooks --------------------------------------------------------------------------------------
+
+
+def _camel(event_name: str) -> str:
+    head, *rest = event_name.replace("_", ".").split(".")
+    return head + "".join(part.title() for part in rest)
+
+
+def _event_example(current: str, delivered: str) -> dict[str, Any]:
+    if current in COLLECTION_EVENTS:
+        paid = current == "collect.succeeded"
+        return {
+            "invoiceReference": "REQ-1795453631291-XF9AGKWJZP",
+            "status": "SUCCESS" if paid else "FAILED",
+            "amount": 10000,
+            "currency": "XAF",
+            "settledAmount": 9850 if paid else 0,
+            "settledCurrency": "XAF",
+            "requestedAmount": 10000,
+            "requestedCurrency": "XAF",
+            "paymentMethod": "MOBILE_MONEY",
+            "providerCode": "orange_cm",
+            "failureReason": None if paid else "The payer declined the payment.",
+            "timestamp": "2026-11-23T17:07:11.374Z",
+            "eventId": "evt_da7a03cac7c32a4c575b8a4e",
+        }
+    status = {"disburse.sent": "SENT", "disburse.succeeded": "PAID", "disburse.failed": "FAILED"}[current]
+    return {
+        "event": delivered,
+        "data": {
+            "reference": "PO-1795453636671-9MCPC3R79S",
+            "status": status,
+            "amount": 2500,
+            "currency": "XAF",
+            "phone": "690000002",
+            "recipientName": "Awa N.",
+            "merchantReference": "seller-42",
+            "providerReference": None if status == "FAILED" else "SBX7AC807D16576DD1B",
+            "statusReason": "The network refused the payout." if status == "FAILED" else None,
+        },
+        "eventId": "evt_e8fb83646c033659f00bb572",
+    }
+
+
+def _webhook(current: str, delivered: str) -> dict[str, Any]:
+    """What the service POSTs for one event name: the body and its four headers."""
+    collection = current in COLLECTION_EVENTS
+    when, status = _EVENT_WHEN[current]
+    legacy = delivered != current
+    if collection:
+        shape = f"The flat CollectionEvent body, `status` {status}."
+    else:
+        shape = (
+            f'The PayoutEvent body, `{{event, data}}` with `event` "{delivered}" and `data.status` {status}.'
+        )
+    description = f"{when} {shape} Answer 2xx once it is verified and recorded."
+    if legacy:
+        description = (
+            f"The legacy name of `{current}`: an endpoint registered for legacy names (`POST /v1/webhooks`, "
+            f"or `events: legacy`) receives this one instead, with the same body. " + description
+        )
+    operation: dict[str, Any] = {
+        "operationId": _camel(delivered) + "Webhook",
+        "summary": f"The {delivered} event" + (" (legacy name)" if legacy else ""),
+        "description": description,
+        "tags": ["webhooks"] + (["legacy"] if legacy else []),
+        "parameters": [
+            _ref("parameters", "WebhookSignature"),
+            _ref("parameters", "WebhookTimestamp"),
+            {
+                "name": "X-Service-Event",
+                "in": "header",
+                "required": True,
+                "description": "The event name as delivered; branch on it (or on the body). Not covered by "
+                "the signature: check that it agrees with the body.",
+                "schema": _string(const=delivered),
+            },
+            _ref("parameters", "WebhookEventId"),
+        ],
+        "requestBody": {
+            "required": True,
+            "description": "JSON; verify the signature over these raw bytes before parsing them.",
+            "content": _json_content(
+                _schema("CollectionEvent" if collection else "PayoutEvent"),
+                _event_example(current, delivered),
+            ),
+        },
+        "responses": {
+            "2XX": {"description": "Delivered. Answer quickly; do slow work afterwards."},
+            "default": {
+                "description": "Any other status (a redirect too), no answer within 10 s or a failed "
+                "connection is a failed attempt: it is retried with backoff, signed afresh, with the same "
+                "eventId and X-Service-Event-Id. After 10 consecutive failed events the endpoint is "
+                "disabled."
+            },
+        },
+        "security": [],
+    }
+    if legacy:
+        operation["deprecated"] = True
+    return {"post": operation}
+
+
+def _webhooks() -> dict[str, Any]:
+    """One entry per event name the service delivers: the current names, then the legacy ones."""
+    current = (*COLLECTION_EVENTS, *PAYOUT_EVENTS)
+    return {
+        **{name: _webhook(name, name) for name in current},
+        **{LEGACY_EVENT_NAMES[name]: _webhook(name, LEGACY_EVENT_NAMES[name]) for name in current},
+    }
+
+
 def openapi_document(public_url: str | None = None) -> dict[str, Any]:
     """The OpenAPI document of the whole API; ``public_url`` becomes its server address when given."""
     document: dict[str, Any] = {
@@ -1117,9 +1722,11 @@ def openapi_document(public_url: str | None = None) -> dict[str, Any]:
         **_collect_paths(),
         **_disburse_paths(),
         **_discovery_paths(),
+        **_event_paths(),
         **_webhook_paths(),
         **_service_paths(),
         **_page_paths(),
     }
+    document["webhooks"] = _webhooks()
     document["components"] = _components()
     return document

@@ -1,10 +1,19 @@
-"""Shared fixtures: cores on both stores with a fake clock, and an HTTP client on the Starlette app."""
+"""Shared fixtures: cores on every store with a fake clock, and an HTTP client on the Starlette app.
+
+The ``postgres`` kind runs on the server named by ``$PAYMENTCORE_TEST_POSTGRES_URL`` (``.ci/run`` sets it
+from ``.ci/install-postgres``), each test in a schema of its own. Without it the PostgreSQL tests skip,
+except under CI (``$CI`` set), where they fail: CI must run them.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import itertools
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import attrs
 import pytest
@@ -15,6 +24,56 @@ from paymentcore._models import Merchant
 from paymentcore.adapters.sandbox import SandboxNetwork
 from paymentcore.testing import CapturingSender, public_resolver
 from paymentcore_server.app import create_app
+
+POSTGRES_URL_ENV = "PAYMENTCORE_TEST_POSTGRES_URL"
+STORE_KINDS = ["sqlite", "memory", "postgres"]
+_schemas: list[str] = []  # made by postgres_url(), dropped when the session ends
+_schema_numbers = itertools.count()
+
+
+def postgres_server_url() -> str:
+    """The test server's URL, or skip (fail under CI) when there is none."""
+    url = os.environ.get(POSTGRES_URL_ENV, "").strip()
+    if url:
+        return url
+    if os.environ.get("CI"):
+        pytest.fail(
+            f"${POSTGRES_URL_ENV} is not set: under CI the PostgreSQL tests must run "
+            "(.ci/run sets it from .ci/install-postgres)"
+        )
+    pytest.skip(f"no PostgreSQL server: set ${POSTGRES_URL_ENV} (docs/development.md)")
+
+
+def _admin(sql: str) -> None:
+    import psycopg
+
+    with psycopg.connect(postgres_server_url(), autocommit=True) as conn:
+        conn.execute(sql)
+
+
+def postgres_url(tmp_path: Path) -> str:
+    """A ``postgresql://`` URL on a new, empty schema of the test server (one per call)."""
+    base = postgres_server_url()
+    tag = hashlib.sha256(f"{os.getpid()}:{tmp_path}".encode()).hexdigest()[:10]
+    schema = f"pctest_{tag}_{next(_schema_numbers)}"
+    _admin(f"CREATE SCHEMA {schema}")
+    _schemas.append(schema)
+    separator = "&" if "?" in base else "?"
+    return f"{base}{separator}options={quote(f'-csearch_path={schema}', safe='')}"
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if not _schemas:
+        return
+    import psycopg
+
+    try:
+        with psycopg.connect(os.environ[POSTGRES_URL_ENV], autocommit=True) as conn:
+            for schema in _schemas:
+                conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    except psycopg.Error:
+        pass  # a leftover schema is harmless; the next run makes new ones
+    _schemas.clear()
 
 
 def make_core(kind: str, tmp_path: Path, clock: FakeClock, **config: Any) -> PaymentCore:
@@ -28,6 +87,8 @@ def make_core(kind: str, tmp_path: Path, clock: FakeClock, **config: Any) -> Pay
     }
     if kind == "memory":
         return PaymentCore.memory(**kwargs)
+    if kind == "postgres":
+        return PaymentCore.postgresql(postgres_url(tmp_path), **kwargs)
     return PaymentCore.sqlite(tmp_path / "test.db", **kwargs)
 
 
@@ -72,7 +133,7 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
-@pytest.fixture(params=["sqlite", "memory"])
+@pytest.fixture(params=STORE_KINDS)
 def store_kind(request: pytest.FixtureRequest) -> str:
     kind: str = request.param
     return kind

@@ -10,9 +10,9 @@ from __future__ import annotations
 import builtins
 import copy
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
@@ -20,12 +20,16 @@ from paymentcore._models import (
     ApiKey,
     Balance,
     Collection,
+    CollectionStatus,
+    Delivery,
+    DeliveryStatus,
     Event,
     IdempotencyRecord,
     LedgerEntry,
     Merchant,
     Payout,
     PayoutLimits,
+    PayoutStatus,
     Settings,
     WebhookEndpoint,
 )
@@ -37,6 +41,7 @@ from paymentcore._queries import (
     payout_due_order,
     payout_is_due,
 )
+from paymentcore.ports import StoreUnavailableError
 
 __all__ = [
     "MemoryStore",
@@ -44,6 +49,7 @@ __all__ = [
 ]
 
 _DELETED = object()
+R = TypeVar("R")
 
 
 class _Tables:
@@ -70,12 +76,28 @@ class _Tables:
         self.put(table, key, _DELETED)
 
     def values(self, table: str) -> Iterator[Any]:
+        for _, value in self.items(table):
+            yield value
+
+    def items(self, table: str) -> Iterator[tuple[Any, Any]]:
         overlay = self._overlay.get(table, {})
         for key, value in self._tables.get(table, {}).items():
             if key not in overlay:
-                yield value
-        for value in overlay.values():
+                yield key, value
+        for key, value in overlay.items():
             if value is not _DELETED:
+                yield key, value
+
+    def in_order(self, table: str) -> Iterator[Any]:
+        """The rows in the order they were first written (an update keeps a row's place)."""
+        overlay = self._overlay.get(table, {})
+        committed = self._tables.get(table, {})
+        for key, value in committed.items():
+            value = overlay.get(key, value)
+            if value is not _DELETED:
+                yield value
+        for key, value in overlay.items():
+            if key not in committed and value is not _DELETED:
                 yield value
 
     def insert(self, table: str, key: Any, value: Any) -> None:
@@ -102,6 +124,27 @@ class _Tables:
 class _Repository:
     def __init__(self, tables: _Tables) -> None:
         self._t = tables
+
+
+def _page(
+    rows: Iterator[R],
+    *,
+    key: Callable[[R], str],
+    created_at: Callable[[R], int],
+    after: str | None,
+    keep: Callable[[R], bool],
+    limit: int,
+) -> list[R] | None:
+    """``ports``' page order over ``rows`` (the merchant's, in the order written): newest first, ties
+    the last written first; the rows after the one whose key is ``after``, kept by ``keep``."""
+    numbered = sorted(enumerate(rows), key=lambda p: (created_at(p[1]), p[0]), reverse=True)
+    ordered = [row for _, row in numbered]
+    if after is not None:
+        place = next((i for i, row in enumerate(ordered) if key(row) == after), None)
+        if place is None:
+            return None
+        ordered = ordered[place + 1 :]
+    return [row for row in ordered if keep(row)][:limit]
 
 
 # --- settings, merchants, keys, limits -----------------------------------------------------------
@@ -173,11 +216,33 @@ class _Collections(_Repository):
         due.sort(key=collection_due_order)
         return due[:limit]
 
+    def count_due(self, now: int) -> int:
+        return sum(1 for c in self._t.values("collections") if collection_is_due(c, now))
+
     def prompts_since(self, phone: str, since: int) -> int:
         return sum(
             1
             for c in self._t.values("collections")
             if c.phone == phone and c.submitted_at is not None and c.submitted_at >= since
+        )
+
+    def page(
+        self,
+        merchant_id: str,
+        *,
+        limit: int,
+        after: str | None = None,
+        status: CollectionStatus | None = None,
+        merchant_reference: str | None = None,
+    ) -> list[Collection] | None:
+        return _page(
+            (c for c in self._t.in_order("collections") if c.merchant_id == merchant_id),
+            key=lambda c: c.reference,
+            created_at=lambda c: c.created_at,
+            after=after,
+            keep=lambda c: (status is None or c.status is status)
+            and (merchant_reference is None or c.merchant_reference == merchant_reference),
+            limit=limit,
         )
 
 
@@ -197,6 +262,9 @@ class _Payouts(_Repository):
         due.sort(key=payout_due_order)
         return due[:limit]
 
+    def count_due(self, now: int) -> int:
+        return sum(1 for p in self._t.values("payouts") if payout_is_due(p, now))
+
     def spent(self, merchant_id: str, currency: str, since: int) -> int:
         return sum(
             p.amount
@@ -205,6 +273,25 @@ class _Payouts(_Repository):
             and p.currency == currency
             and p.created_at >= since
             and counts_as_spent(p)
+        )
+
+    def page(
+        self,
+        merchant_id: str,
+        *,
+        limit: int,
+        after: str | None = None,
+        status: PayoutStatus | None = None,
+        merchant_reference: str | None = None,
+    ) -> list[Payout] | None:
+        return _page(
+            (p for p in self._t.in_order("payouts") if p.merchant_id == merchant_id),
+            key=lambda p: p.reference,
+            created_at=lambda p: p.created_at,
+            after=after,
+            keep=lambda p: (status is None or p.status is status)
+            and (merchant_reference is None or p.merchant_reference == merchant_reference),
+            limit=limit,
         )
 
 
@@ -229,6 +316,31 @@ class _Ledger(_Repository):
             raise ValueError(f"unbalanced balance refused: {balance}")
         self._t.put("balances", (balance.merchant_id, balance.currency), balance)
 
+    def move(
+        self,
+        merchant_id: str,
+        currency: str,
+        *,
+        available: int = 0,
+        reserved: int = 0,
+        paid_out: int = 0,
+        credited: int = 0,
+    ) -> Balance | None:
+        # one step under the store's lock: the check and the write cannot be separated
+        old = self.balance(merchant_id, currency)
+        new = Balance(
+            merchant_id=merchant_id,
+            currency=currency,
+            available=old.available + available,
+            reserved=old.reserved + reserved,
+            paid_out=old.paid_out + paid_out,
+            credited=old.credited + credited,
+        )
+        if new.available < 0 or new.reserved < 0 or new.paid_out < 0:
+            return None
+        self.put_balance(new)
+        return new
+
     def append(self, entry: LedgerEntry) -> None:
         self._t.insert("entries", entry.id, entry)
 
@@ -238,6 +350,22 @@ class _Ledger(_Repository):
         ]
         entries.sort(key=lambda e: e.created_at)
         return entries
+
+    def page(
+        self, merchant_id: str, currency: str, *, limit: int, after: str | None = None
+    ) -> list[LedgerEntry] | None:
+        return _page(
+            (
+                e
+                for e in self._t.in_order("entries")
+                if e.merchant_id == merchant_id and e.currency == currency
+            ),
+            key=lambda e: e.id,
+            created_at=lambda e: e.created_at,
+            after=after,
+            keep=lambda e: True,
+            limit=limit,
+        )
 
 
 # --- webhooks, the outbox, idempotency -------------------------------------------------------------
@@ -268,10 +396,47 @@ class _Outbox(_Repository):
         due.sort(key=lambda e: e.created_at)  # stable: insertion order within a millisecond
         return due[:limit]
 
+    def count_due(self, now: int) -> int:
+        return sum(1 for e in self._t.values("events") if event_is_due(e, now))
+
     def list(self, merchant_id: str) -> builtins.list[Event]:
         events = [e for e in self._t.values("events") if e.merchant_id == merchant_id]
         events.sort(key=lambda e: e.created_at)
         return events
+
+    def page(
+        self,
+        merchant_id: str,
+        *,
+        limit: int,
+        after: str | None = None,
+        event_type: str | None = None,
+        statuses: frozenset[DeliveryStatus] | None = None,
+    ) -> builtins.list[Event] | None:
+        return _page(
+            (e for e in self._t.in_order("events") if e.merchant_id == merchant_id),
+            key=lambda e: e.id,
+            created_at=lambda e: e.created_at,
+            after=after,
+            keep=lambda e: (event_type is None or e.type == event_type)
+            and (statuses is None or e.status in statuses),
+            limit=limit,
+        )
+
+    def resends_due(self, now: int, limit: int) -> builtins.list[Event]:
+        due = [e for e in self._t.in_order("events") if e.resend_at is not None and e.resend_at <= now]
+        due.sort(key=lambda e: e.resend_at or 0)  # stable: in the order written within a millisecond
+        return due[:limit]
+
+
+class _Deliveries(_Repository):
+    def add(self, delivery: Delivery) -> None:
+        self._t.insert("deliveries", delivery.id, delivery)
+
+    def list(self, event_id: str) -> builtins.list[Delivery]:
+        attempts = [d for d in self._t.in_order("deliveries") if d.event_id == event_id]
+        attempts.sort(key=lambda d: d.at)
+        return attempts
 
 
 class _Idempotency(_Repository):
@@ -292,6 +457,44 @@ class _Idempotency(_Repository):
         return len(old)
 
 
+class _Leases(_Repository):
+    def take(self, kind: str, key: str, until: int) -> None:
+        self._t.put("leases", (kind, key), until)
+
+    def drop(self, kind: str, key: str) -> None:
+        if self._t.get("leases", (kind, key)) is not None:
+            self._t.delete("leases", (kind, key))
+
+    def held(self, kind: str, now: int) -> int:
+        return sum(1 for (k, _), until in self._t.items("leases") if k == kind and until > now)
+
+    def purge(self, before: int) -> int:
+        old = [key for key, until in self._t.items("leases") if until < before]
+        for key in old:
+            self._t.delete("leases", key)
+        return len(old)
+
+
+class _Rates(_Repository):
+    def buckets(self, key_id: str, width: int, since: int) -> builtins.list[tuple[int, int]]:
+        counts: dict[int, int] = self._t.get("rates", (key_id, width)) or {}
+        return sorted((start, hits) for start, hits in counts.items() if start >= since)
+
+    def add(self, key_id: str, width: int, start: int) -> None:
+        counts = dict(self._t.get("rates", (key_id, width)) or {})
+        counts[start] = counts.get(start, 0) + 1
+        self._t.put("rates", (key_id, width), counts)
+
+    def purge(self, before: int) -> int:
+        gone = 0
+        for key, counts in builtins.list(self._t.items("rates")):
+            kept = {start: hits for start, hits in counts.items() if start >= before}
+            if len(kept) != len(counts):
+                gone += len(counts) - len(kept)
+                self._t.put("rates", key, kept)
+        return gone
+
+
 class MemoryTransaction:
     """One unit of work over the store's tables: the ten repositories of ``ports.UnitOfWork``."""
 
@@ -306,7 +509,10 @@ class MemoryTransaction:
         self.ledger = _Ledger(self._tables)
         self.webhooks = _Webhooks(self._tables)
         self.outbox = _Outbox(self._tables)
+        self.deliveries = _Deliveries(self._tables)
         self.idempotency = _Idempotency(self._tables)
+        self.leases = _Leases(self._tables)
+        self.rates = _Rates(self._tables)
 
     def commit(self) -> None:
         self._tables.commit()
@@ -330,6 +536,15 @@ class MemoryStore:
     def read(self) -> Iterator[MemoryTransaction]:
         with self._lock:
             yield MemoryTransaction(self._tables, writable=False)
+
+    def ping(self, timeout: float = 0.5) -> None:
+        """A read under the store's lock, waiting at most ``timeout`` seconds for a writer."""
+        if not self._lock.acquire(timeout=timeout):
+            raise StoreUnavailableError(f"the store stayed locked for {timeout} s")
+        try:
+            MemoryTransaction(self._tables, writable=False).settings.get()
+        finally:
+            self._lock.release()
 
     def close(self) -> None:
         pass

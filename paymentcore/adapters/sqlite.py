@@ -35,6 +35,9 @@ from paymentcore._models import (
     ApiKey,
     Balance,
     Collection,
+    CollectionStatus,
+    Delivery,
+    DeliveryStatus,
     Event,
     IdempotencyRecord,
     LedgerEntry,
@@ -42,6 +45,7 @@ from paymentcore._models import (
     Merchant,
     Payout,
     PayoutLimits,
+    PayoutStatus,
     Settings,
     WebhookEndpoint,
 )
@@ -54,6 +58,7 @@ from paymentcore._queries import (
     SPENT_STATUSES,
     UNSPENT_STATUSES,
 )
+from paymentcore.ports import StoreUnavailableError
 
 __all__ = [
     "MIGRATIONS",
@@ -295,6 +300,50 @@ MIGRATIONS: tuple[str, ...] = (
     # 2: hourly sums of the payouts that count against the rolling limits, kept by triggers, so the
     # 24-hour and 7-day windows cost at most 168 bucket rows plus one partial hour of payouts
     _SPEND_BUCKETS,
+    # 3: the leases workers hold on background work (taken with a claim, dropped with the outcome), so
+    # any process can count the work in flight in every process (the metrics' in-flight gauges)
+    """
+    CREATE TABLE work_leases (
+        kind TEXT NOT NULL,
+        key TEXT NOT NULL,
+        until INTEGER NOT NULL,
+        PRIMARY KEY (kind, key)
+    );
+    CREATE INDEX work_leases_until ON work_leases (kind, until);
+    """,
+    # 4: the per-key rate-limit counters, in the store so every API process on it shares them (and a
+    # restart keeps them): requests per key in buckets of `width` ms starting at `start`
+    """
+    CREATE TABLE rate_counts (
+        key_id TEXT NOT NULL,
+        width INTEGER NOT NULL,
+        start INTEGER NOT NULL,
+        hits INTEGER NOT NULL CHECK (hits > 0),
+        PRIMARY KEY (key_id, width, start)
+    );
+    CREATE INDEX rate_counts_start ON rate_counts (start);
+    """,
+    # 5: the merchant records API: every delivery attempt of an event, manual redeliveries queued on
+    # the event, and the indexes that list a merchant's payouts and collections newest first
+    """
+    ALTER TABLE events ADD COLUMN redeliveries INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE events ADD COLUMN sent_as TEXT;
+    ALTER TABLE events ADD COLUMN resend_at INTEGER;
+    CREATE INDEX events_resend ON events (resend_at) WHERE resend_at IS NOT NULL;
+    CREATE TABLE deliveries (
+        id TEXT PRIMARY KEY,
+        event_id TEXT NOT NULL,
+        at INTEGER NOT NULL,
+        name TEXT NOT NULL,
+        response_status INTEGER,
+        error TEXT,
+        duration_ms INTEGER NOT NULL CHECK (duration_ms >= 0),
+        resent INTEGER NOT NULL
+    );
+    CREATE INDEX deliveries_by_event ON deliveries (event_id, at);
+    CREATE INDEX payouts_by_merchant ON payouts (merchant_id, created_at);
+    CREATE INDEX collections_by_merchant ON collections (merchant_id, created_at);
+    """,
 )
 
 
@@ -399,6 +448,7 @@ _ENTRIES = _Codec.of(LedgerEntry, "ledger_entries", ("id",))
 _WEBHOOKS = _Codec.of(WebhookEndpoint, "webhooks", ("merchant_id",))
 _EVENTS = _Codec.of(Event, "events", ("id",))
 _IDEMPOTENCY = _Codec.of(IdempotencyRecord, "idempotency", ("merchant_id", "key"))
+_DELIVERIES = _Codec.of(Delivery, "deliveries", ("id",))
 
 
 class _Rows:
@@ -424,6 +474,36 @@ class _Rows:
         cursor = self.conn.execute(codec.update_sql, codec.update_values(record))
         if cursor.rowcount != 1:
             raise KeyError(f"{codec.table}: no row to update")
+
+    def page(
+        self,
+        codec: _Codec,
+        *,
+        scope: dict[str, Any],
+        key: str,
+        after: str | None,
+        filters: list[tuple[str, tuple[Any, ...]]],
+        limit: int,
+    ) -> list[Any] | None:
+        """``ports``' page order: the rows of ``scope`` (column = value) newest first, ties the last
+        written first (``rowid``: these tables are appended to, and an update keeps a row's rowid),
+        after the row whose ``key`` is ``after``, that meet every ``(condition, parameters)``."""
+        where = [f"{column} = ?" for column in scope]
+        params: list[Any] = list(scope.values())
+        if after is not None:
+            place = self.conn.execute(
+                f"SELECT created_at, rowid FROM {codec.table} WHERE {key} = ? AND {' AND '.join(where)}",
+                (after, *params),
+            ).fetchone()
+            if place is None:
+                return None
+            where.append("(created_at, rowid) < (?, ?)")
+            params.extend(place)
+        for condition, values in filters:
+            where.append(condition)
+            params.extend(values)
+        rest = f"WHERE {' AND '.join(where)} ORDER BY created_at DESC, rowid DESC LIMIT ?"
+        return self.many(codec, rest, (*params, limit))
 
 
 class _Repository:
@@ -519,11 +599,39 @@ class _Collections(_Repository):
             (now, now, limit),
         )
 
+    def count_due(self, now: int) -> int:
+        row = self._rows.conn.execute(
+            "SELECT count(*) FROM ("
+            f" SELECT reference FROM collections WHERE {_CHECK_COLLECTION} AND next_check_at <= ?"
+            f" UNION SELECT reference FROM collections WHERE {_EXPIRE_COLLECTION}"
+            "  AND submitted_at IS NULL AND expires_at <= ?)",
+            (now, now),
+        ).fetchone()
+        return int(row[0])
+
     def prompts_since(self, phone: str, since: int) -> int:
         row = self._rows.conn.execute(
             "SELECT count(*) FROM collections WHERE phone = ? AND submitted_at >= ?", (phone, since)
         ).fetchone()
         return int(row[0])
+
+    def page(
+        self,
+        merchant_id: str,
+        *,
+        limit: int,
+        after: str | None = None,
+        status: CollectionStatus | None = None,
+        merchant_reference: str | None = None,
+    ) -> list[Collection] | None:
+        return self._rows.page(
+            _COLLECTIONS,
+            scope={"merchant_id": merchant_id},
+            key="reference",
+            after=after,
+            filters=_record_filters(status, merchant_reference),
+            limit=limit,
+        )
 
 
 class _Payouts(_Repository):
@@ -546,6 +654,14 @@ class _Payouts(_Repository):
             (now, limit),
         )
 
+    def count_due(self, now: int) -> int:
+        row = self._rows.conn.execute(
+            "SELECT count(*) FROM payouts"
+            f" WHERE next_check_at IS NOT NULL AND next_check_at <= ? AND {_DUE_PAYOUT}",
+            (now,),
+        ).fetchone()
+        return int(row[0])
+
     def spent(self, merchant_id: str, currency: str, since: int) -> int:
         # whole hours after the one holding `since` come from the trigger-kept buckets; that first,
         # partial hour is summed exactly from the payouts themselves
@@ -559,6 +675,36 @@ class _Payouts(_Repository):
             (merchant_id, currency, since, next_hour),
         ).fetchone()
         return int(row[0])
+
+    def page(
+        self,
+        merchant_id: str,
+        *,
+        limit: int,
+        after: str | None = None,
+        status: PayoutStatus | None = None,
+        merchant_reference: str | None = None,
+    ) -> list[Payout] | None:
+        return self._rows.page(
+            _PAYOUTS,
+            scope={"merchant_id": merchant_id},
+            key="reference",
+            after=after,
+            filters=_record_filters(status, merchant_reference),
+            limit=limit,
+        )
+
+
+def _record_filters(
+    status: enum.Enum | None, merchant_reference: str | None
+) -> list[tuple[str, tuple[Any, ...]]]:
+    """The conditions of a payout or collection list's filters."""
+    filters: list[tuple[str, tuple[Any, ...]]] = []
+    if status is not None:
+        filters.append(("status = ?", (status.value,)))
+    if merchant_reference is not None:
+        filters.append(("merchant_reference = ?", (merchant_reference,)))
+    return filters
 
 
 # --- the ledger ------------------------------------------------------------------------------------
@@ -577,6 +723,39 @@ class _Ledger(_Repository):
     def put_balance(self, balance: Balance) -> None:
         self._rows.upsert(_BALANCES, balance)
 
+    def move(
+        self,
+        merchant_id: str,
+        currency: str,
+        *,
+        available: int = 0,
+        reserved: int = 0,
+        paid_out: int = 0,
+        credited: int = 0,
+    ) -> Balance | None:
+        # one conditional statement: the row changes only if no account goes below zero
+        row = self._rows.conn.execute(
+            "UPDATE balances SET available = available + ?1, reserved = reserved + ?2,"
+            " paid_out = paid_out + ?3, credited = credited + ?4"
+            " WHERE merchant_id = ?5 AND currency = ?6"
+            " AND available + ?1 >= 0 AND reserved + ?2 >= 0 AND paid_out + ?3 >= 0"
+            " RETURNING merchant_id, currency, available, reserved, paid_out, credited",
+            (available, reserved, paid_out, credited, merchant_id, currency),
+        ).fetchone()
+        if row is not None:
+            moved: Balance = _BALANCES.decode(row)
+            return moved
+        if min(available, reserved, paid_out) < 0:
+            return None  # a missing balance is all zeros: nothing to take from
+        row = self._rows.conn.execute(
+            "INSERT INTO balances (merchant_id, currency, available, reserved, paid_out, credited)"
+            " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (merchant_id, currency) DO NOTHING"
+            " RETURNING merchant_id, currency, available, reserved, paid_out, credited",
+            (merchant_id, currency, available, reserved, paid_out, credited),
+        ).fetchone()
+        created: Balance | None = None if row is None else _BALANCES.decode(row)
+        return created
+
     def append(self, entry: LedgerEntry) -> None:
         self._rows.insert(_ENTRIES, entry)
 
@@ -585,6 +764,18 @@ class _Ledger(_Repository):
             _ENTRIES,
             "WHERE merchant_id = ? AND currency = ? ORDER BY created_at, rowid",
             (merchant_id, currency),
+        )
+
+    def page(
+        self, merchant_id: str, currency: str, *, limit: int, after: str | None = None
+    ) -> list[LedgerEntry] | None:
+        return self._rows.page(
+            _ENTRIES,
+            scope={"merchant_id": merchant_id, "currency": currency},
+            key="id",
+            after=after,
+            filters=[],
+            limit=limit,
         )
 
 
@@ -619,8 +810,48 @@ class _Outbox(_Repository):
             (now, limit),
         )
 
+    def count_due(self, now: int) -> int:
+        row = self._rows.conn.execute(
+            f"SELECT count(*) FROM events WHERE {_DUE_EVENT} AND next_attempt_at <= ?", (now,)
+        ).fetchone()
+        return int(row[0])
+
     def list(self, merchant_id: str) -> builtins.list[Event]:
         return self._rows.many(_EVENTS, "WHERE merchant_id = ? ORDER BY created_at, rowid", (merchant_id,))
+
+    def page(
+        self,
+        merchant_id: str,
+        *,
+        limit: int,
+        after: str | None = None,
+        event_type: str | None = None,
+        statuses: frozenset[DeliveryStatus] | None = None,
+    ) -> builtins.list[Event] | None:
+        filters: builtins.list[tuple[str, tuple[Any, ...]]] = []
+        if event_type is not None:
+            filters.append(("type = ?", (event_type,)))
+        if statuses is not None:
+            values = sorted(status.value for status in statuses)
+            filters.append((f"status IN ({', '.join('?' for _ in values) or 'NULL'})", tuple(values)))
+        return self._rows.page(
+            _EVENTS, scope={"merchant_id": merchant_id}, key="id", after=after, filters=filters, limit=limit
+        )
+
+    def resends_due(self, now: int, limit: int) -> builtins.list[Event]:
+        return self._rows.many(
+            _EVENTS,
+            "WHERE resend_at IS NOT NULL AND resend_at <= ? ORDER BY resend_at, rowid LIMIT ?",
+            (now, limit),
+        )
+
+
+class _Deliveries(_Repository):
+    def add(self, delivery: Delivery) -> None:
+        self._rows.insert(_DELIVERIES, delivery)
+
+    def list(self, event_id: str) -> builtins.list[Delivery]:
+        return self._rows.many(_DELIVERIES, "WHERE event_id = ? ORDER BY at, rowid", (event_id,))
 
 
 class _Idempotency(_Repository):
@@ -642,8 +873,50 @@ class _Idempotency(_Repository):
         return self._rows.conn.execute("DELETE FROM idempotency WHERE created_at < ?", (before,)).rowcount
 
 
+class _Leases(_Repository):
+    def take(self, kind: str, key: str, until: int) -> None:
+        self._rows.conn.execute(
+            "INSERT INTO work_leases (kind, key, until) VALUES (?, ?, ?)"
+            " ON CONFLICT (kind, key) DO UPDATE SET until = excluded.until",
+            (kind, key, until),
+        )
+
+    def drop(self, kind: str, key: str) -> None:
+        self._rows.conn.execute("DELETE FROM work_leases WHERE kind = ? AND key = ?", (kind, key))
+
+    def held(self, kind: str, now: int) -> int:
+        row = self._rows.conn.execute(
+            "SELECT count(*) FROM work_leases WHERE kind = ? AND until > ?", (kind, now)
+        ).fetchone()
+        return int(row[0])
+
+    def purge(self, before: int) -> int:
+        return self._rows.conn.execute("DELETE FROM work_leases WHERE until < ?", (before,)).rowcount
+
+
+class _Rates(_Repository):
+    def buckets(self, key_id: str, width: int, since: int) -> builtins.list[tuple[int, int]]:
+        # BEGIN IMMEDIATE (or the group commit's shared transaction) already holds the write lock
+        rows = self._rows.conn.execute(
+            "SELECT start, hits FROM rate_counts WHERE key_id = ? AND width = ? AND start >= ?"
+            " ORDER BY start",
+            (key_id, width, since),
+        ).fetchall()
+        return [(int(start), int(hits)) for start, hits in rows]
+
+    def add(self, key_id: str, width: int, start: int) -> None:
+        self._rows.conn.execute(
+            "INSERT INTO rate_counts (key_id, width, start, hits) VALUES (?, ?, ?, 1)"
+            " ON CONFLICT (key_id, width, start) DO UPDATE SET hits = hits + 1",
+            (key_id, width, start),
+        )
+
+    def purge(self, before: int) -> int:
+        return self._rows.conn.execute("DELETE FROM rate_counts WHERE start < ?", (before,)).rowcount
+
+
 class SqliteTransaction:
-    """One unit of work on one connection: the ten repositories of ``ports.UnitOfWork``."""
+    """One unit of work on one connection: the repositories of ``ports.UnitOfWork``."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         rows = _Rows(conn)
@@ -656,7 +929,10 @@ class SqliteTransaction:
         self.ledger = _Ledger(rows)
         self.webhooks = _Webhooks(rows)
         self.outbox = _Outbox(rows)
+        self.deliveries = _Deliveries(rows)
         self.idempotency = _Idempotency(rows)
+        self.leases = _Leases(rows)
+        self.rates = _Rates(rows)
 
 
 class SqliteStore:
@@ -773,6 +1049,25 @@ class SqliteStore:
             yield SqliteTransaction(conn)
         finally:
             conn.execute("ROLLBACK")
+
+    def ping(self, timeout: float = 0.5) -> None:
+        """Open the file afresh (never creating it) and read its schema, within about ``timeout`` s.
+
+        A fresh connection, not this thread's: a file moved, deleted or made unreadable since the
+        process opened it is found out (connections already open keep the old file), and the busy
+        timeout is ``timeout``, not the store's minute, so a held lock makes the ping fail quickly. In
+        WAL mode a reader does not wait for a writer at all.
+        """
+        uri = Path(self.path).resolve().as_uri() + "?mode=rw"
+        try:
+            conn = sqlite3.connect(uri, uri=True, timeout=timeout, isolation_level=None)
+            try:
+                conn.execute(f"PRAGMA busy_timeout = {max(1, int(timeout * 1000))}")
+                conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            finally:
+                conn.close()
+        except sqlite3.Error as exc:
+            raise StoreUnavailableError(f"{type(exc).__name__}: {exc}") from exc
 
     def integrity_check(self) -> str:
         return str(self._conn().execute("PRAGMA integrity_check").fetchone()[0])

@@ -8,6 +8,7 @@ client, each on a free port, and always stops what it started.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import queue
 import re
@@ -17,12 +18,15 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import ModuleType
-from typing import IO
+from typing import IO, Any
 
 import httpx
 import pytest
+
+from paymentcore import verify_webhook
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -298,3 +302,195 @@ def test_merchant_client_and_webhook_receiver(demo_server: tuple[str, str, str])
         stop(receiver)
         lines.drain()
         receiver.stdout.close()
+
+
+# --- the reconciliation guide: its Python, its curl commands and examples/reconcile.py -------------
+
+GUIDE = ROOT / "docs" / "reconciliation.md"
+
+
+def guide_blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", GUIDE.read_text("utf-8"), flags=re.S)
+
+
+def test_the_reconciliation_guides_python_runs_as_it_is() -> None:
+    [program] = [block for block in guide_blocks("python") if "TestKit.create()" in block]
+    result = run_example("-c", program)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+class Hooks:
+    """A webhook receiver on loopback that keeps every delivery (headers and raw body)."""
+
+    def __init__(self) -> None:
+        self.received: list[tuple[dict[str, str], bytes]] = []
+        hooks = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                hooks.received.append(({k.lower(): v for k, v in self.headers.items()}, body))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def cli_json(db: Path, *args: str) -> dict[str, str]:
+    result = run_example("-m", "paymentcore_server", "--db", str(db), *args, "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    answer: dict[str, str] = json.loads(result.stdout)
+    return answer
+
+
+@pytest.mark.slow
+def test_reconcile_example_and_the_guides_curl_commands(tmp_path: Path) -> None:
+    db = tmp_path / "recon.db"
+    merchant = cli_json(db, "merchant", "create", "Recon Shop")["merchantId"]
+    key = cli_json(
+        db, "key", "create", merchant, "--scope", "collect", "--scope", "disburse",
+        "--per-minute", "100000", "--per-hour", "100000",
+    )["apiKey"]  # fmt: skip
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    command = [
+        sys.executable, "-m", "paymentcore_server", "--db", str(db), "serve", "--port", str(port),
+        "--sandbox-delay", "0", "--allow-private-webhooks", "--webhook-retry-delays", "none",
+    ]  # fmt: skip
+    log = tmp_path / "server.log"
+    hooks = Hooks()
+    with log.open("w") as server_log:
+        server = subprocess.Popen(
+            command, cwd=ROOT, env=ENV, stdout=server_log, stderr=subprocess.STDOUT, text=True
+        )
+    try:
+        http = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=10)
+        deadline = time.monotonic() + 20
+        while True:
+            assert server.poll() is None, "the server exited:\n" + log.read_text()
+            try:
+                if http.get("/healthz").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "no /healthz:\n" + log.read_text()
+            time.sleep(0.1)
+        # an endpoint that is down: every event fails (no retries on this server)
+        dead = f"http://127.0.0.1:{free_port()}/hooks"
+        assert http.put("/v1/webhook", json={"url": dead}).status_code == 200
+        for phone in ("670000050", "670000150"):
+            charge = {"amount": 10_000, "currency": "XAF", "country": "CM", "provider": "mtn_cm"}
+            assert http.post("/v1/collect/charge", json={**charge, "phone": phone}).status_code == 202
+        wait_for(lambda: http.get("/v1/account/balances").json()["balances"], "the collections settle")
+        payouts = {
+            "order-1": (2500, "690000050"),
+            "order-2": (1500, "690000150"),
+            "order-3": (700, "670000021"),
+        }
+        for reference, (amount, phone) in payouts.items():
+            body = {"amount": amount, "currency": "XAF", "phone": phone, "merchantReference": reference}
+            answer = http.post("/v1/disburse", json=body, headers={"Idempotency-Key": reference})
+            assert answer.status_code == 201, answer.text
+        finals = {"PAID", "FAILED"}
+        wait_for(
+            lambda: (
+                {p["status"] for p in http.get("/v1/disburse").json()["data"]} <= finals
+                and http.get("/v1/events", params={"deliveryStatus": "PENDING"}).json()["data"] == []
+            ),
+            "the payouts and the deliveries end",
+        )
+        failed = http.get("/v1/events", params={"deliveryStatus": "FAILED", "limit": 100}).json()["data"]
+        # collect.succeeded x2, disburse.sent x2, disburse.succeeded x2, disburse.failed (order-3)
+        assert sorted(e["type"] for e in failed) == sorted(
+            ["collect.succeeded"] * 2
+            + ["disburse.sent"] * 2
+            + ["disburse.succeeded"] * 2
+            + ["disburse.failed"]
+        )
+        listed = http.get("/v1/disburse", params={"limit": 100}).json()["data"]
+
+        # the guide's curl commands, each as written, against this server
+        env = {
+            **ENV, "BASE": base, "KEY": key, "LAST": listed[0]["reference"], "EVENT_ID": failed[-1]["id"],
+        }  # fmt: skip
+        commands = [block for block in guide_blocks("sh") if block.lstrip().startswith("curl")]
+        assert len(commands) == 7
+        for block in commands:
+            result = subprocess.run(
+                ["bash", "-c", "set -euo pipefail\n" + block],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            assert result.returncode == 0, (block, result.stdout, result.stderr)
+            assert isinstance(json.loads(result.stdout), dict), block
+        # the guide's resend went to the endpoint registered then (still down): one more failed attempt
+        wait_for(
+            lambda: http.get(f"/v1/events/{env['EVENT_ID']}").json()["attempts"] == 2,
+            "the guide's resend is attempted",
+        )
+        assert http.get(f"/v1/events/{env['EVENT_ID']}").json()["deliveryStatus"] == "FAILED"
+
+        # the endpoint is back: the example resends what failed, which arrives with its id, signed
+        secret = http.put("/v1/webhook", json={"url": hooks.url}).json()["signingSecret"]
+        records = tmp_path / "records.json"
+        records.write_text(json.dumps({"order-1": 2500, "order-2": 1000, "order-9": 300}))
+        result = run_example(
+            str(EXAMPLES / "reconcile.py"), "--base-url", base, "--key", key, "--records", str(records),
+            "--day", "today", "--resend",
+        )  # fmt: skip
+        assert result.returncode == 0, result.stdout + result.stderr
+        out = result.stdout
+        assert re.search(r"^payouts on \d{4}-\d\d-\d\d: 3 \(FAILED 1, PAID 2\)$", out, re.M), out
+        assert re.search(r"^matched order-1: PO-\S+ 2500 XAF PAID$", out, re.M), out
+        assert re.search(
+            r"^amount differs for order-2: yours 1000, the service's PO-\S+ 1500 XAF PAID$", out, re.M
+        )
+        assert re.search(
+            r"^not in your records: PO-\S+ 700 XAF FAILED \(merchantReference order-3\)$", out, re.M
+        )
+        assert "missing from the service: order-9 (300)" in out
+        assert re.search(
+            r"^ledger XAF: \d+ movements; replayed available=\d+ reserved=\d+ equals the balance$", out, re.M
+        )
+        resent = re.findall(r"^resent (evt_\w+) ", out, re.M)
+        assert f"failed events: {len(failed)}" in out, out
+        assert sorted(resent) == sorted(e["id"] for e in failed), (out, failed)
+        wait_for(lambda: len(hooks.received) >= len(failed), "the resent events arrive")
+        arrived = {}
+        for headers, raw in hooks.received:
+            verify_webhook(secret, headers, raw)
+            event_id = json.loads(raw)["eventId"]
+            assert headers["x-service-event-id"] == event_id
+            arrived[event_id] = headers["x-service-event"]
+        assert arrived == {e["id"]: e["type"] for e in failed}
+        wait_for(
+            lambda: http.get("/v1/events", params={"deliveryStatus": "FAILED"}).json()["data"] == [],
+            "the resent events are delivered",
+        )
+        again = run_example(
+            str(EXAMPLES / "reconcile.py"), "--base-url", base, "--key", key, "--day", "today", "--resend"
+        )
+        assert again.returncode == 0 and "failed events: 0" in again.stdout, again.stdout + again.stderr
+        http.close()
+    finally:
+        stop(server)
+        hooks.close()
+
+
+def wait_for(condition: Any, what: str, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.1)

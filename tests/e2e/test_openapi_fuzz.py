@@ -75,6 +75,17 @@ OPERATIONS = [
     for method in item
     if method in ("get", "put", "post", "delete", "patch")
 ]
+# Documented (issue 17) ahead of the app: while the app does not serve one of these yet, its fuzz cases
+# and its 401 check are skipped, saying so. Once the app serves it, it is fuzzed like every other
+# operation; when all are served, this set can go.
+AWAITING_ROUTES = {
+    ("/v1/collect", "GET"),
+    ("/v1/disburse", "GET"),
+    ("/v1/account/ledger", "GET"),
+    ("/v1/events", "GET"),
+    ("/v1/events/{id}", "GET"),
+    ("/v1/events/{id}/resend", "POST"),
+}
 
 
 @attrs.define
@@ -90,6 +101,20 @@ class Fuzz:
     @property
     def auth(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.key}"}
+
+
+def served_operations(app: Starlette) -> set[tuple[str, str]]:
+    return {
+        (route.path, method)
+        for route in app.routes
+        if isinstance(route, Route)
+        for method in (route.methods or set()) - {"HEAD"}
+    }
+
+
+def skip_if_awaited(app: Starlette, path: str, method: str) -> None:
+    if (path, method) in AWAITING_ROUTES and (path, method) not in served_operations(app):
+        pytest.skip(f"{method} {path} is documented but the app does not serve it yet")
 
 
 def new_fuzz(tmp_path: Path) -> Fuzz:
@@ -127,6 +152,7 @@ lazy_schema = schemathesis.pytest.from_fixture("served_schema")
 @lazy_schema.parametrize()
 @settings(deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 def test_the_app_conforms_to_its_document(case: FuzzCase, fuzz: Fuzz) -> None:
+    skip_if_awaited(fuzz.app, case.operation.path, case.operation.method.upper())
     key = case.headers.get("Idempotency-Key") if case.headers is not None else None
     if isinstance(key, str) and key.strip() and len(key) <= 200:
         # A usable key, made unique: a key reused with another body answers 409, which would hide the
@@ -134,6 +160,20 @@ def test_the_app_conforms_to_its_document(case: FuzzCase, fuzz: Fuzz) -> None:
         case.headers["Idempotency-Key"] = f"fuzz-{next(fuzz.idempotency_keys)}"
     response = case.call(app=fuzz.app, headers=fuzz.auth)
     case.validate_response(response, checks=list(CHECKS), headers=fuzz.auth)
+    check_error_code_is_listed(case.operation.path, case.operation.method, response)
+
+
+def check_error_code_is_listed(path: str, method: str, response: Any) -> None:
+    """Every error answer is the one shared Error schema, whose ``code`` may be any code: the codes an
+    operation's answer may carry are its ``x-error-codes``, checked here."""
+    document = openapi_document()
+    answer = document["paths"][path][method.lower()]["responses"].get(str(response.status_code))
+    if answer is not None and "$ref" in answer:
+        answer = document["components"]["responses"][answer["$ref"].rsplit("/", 1)[-1]]
+    if answer is None or "x-error-codes" not in answer:
+        return  # a success, an HTML page, or a status other checks already refuse
+    code = response.json()["code"]
+    assert code in answer["x-error-codes"], (method, path, response.status_code, code)
 
 
 # --- the document itself -----------------------------------------------------------------------------
@@ -152,14 +192,14 @@ def test_the_served_document_is_the_document(fuzz: Fuzz, served_schema: Any) -> 
 
 def test_the_document_is_valid_openapi_and_fresh_on_every_call() -> None:
     document = openapi_document()
-    assert document["openapi"] == "3.0.3"
+    assert document["openapi"] == "3.1.0"
     assert "servers" not in document
     schemathesis.openapi.from_dict(document, config=CONFIG).validate()
     document["paths"].clear()
     assert openapi_document()["paths"], "a caller's change must not leak into the next document"
 
 
-JSON_TYPES = {"object", "array", "string", "number", "integer", "boolean"}
+JSON_TYPES = {"object", "array", "string", "number", "integer", "boolean", "null"}
 
 
 def test_every_reference_resolves_and_every_type_is_a_json_type() -> None:
@@ -176,6 +216,8 @@ def test_every_reference_resolves_and_every_type_is_a_json_type() -> None:
             kind = node.get("type")
             if isinstance(kind, str) and where.rsplit("/", 1)[-1] != "properties":
                 assert kind in JSON_TYPES or node.get("scheme") == "bearer", f"{where}: type {kind}"
+            if isinstance(kind, list):  # OpenAPI 3.1: a list of types, e.g. ["string", "null"]
+                assert kind and set(kind) <= JSON_TYPES, f"{where}: type {kind}"
             for name, value in node.items():
                 walk(value, f"{where}/{name}")
         elif isinstance(node, list):
@@ -186,14 +228,10 @@ def test_every_reference_resolves_and_every_type_is_a_json_type() -> None:
 
 
 def test_every_route_of_the_app_is_documented_and_nothing_else(fuzz: Fuzz) -> None:
-    served = {
-        (route.path, method)
-        for route in fuzz.app.routes
-        if isinstance(route, Route)
-        for method in (route.methods or set()) - {"HEAD"}
-    }
+    served = served_operations(fuzz.app)
     assert served - set(OPERATIONS) == set(), "routes missing from paymentcore_server/openapi.py"
-    assert set(OPERATIONS) - served == set(), "documented operations the app does not serve"
+    unserved = set(OPERATIONS) - served - AWAITING_ROUTES
+    assert unserved == set(), "documented operations the app does not serve"
 
 
 def test_operation_ids_are_unique_and_extensions_are_marked() -> None:
@@ -216,7 +254,10 @@ def test_operation_ids_are_unique_and_extensions_are_marked() -> None:
         ("/checkout/{reference}/status", "GET"),
         ("/checkout-assets/page.js", "GET"),
         ("/checkout-assets/icon.svg", "GET"),
+        *AWAITING_ROUTES,  # issue 17's lists, event detail and resend: extensions too
     }
+    for path, method in AWAITING_ROUTES:
+        assert document["paths"][path][method.lower()]["description"].startswith("**Extension.**")
     assert document["components"]["responses"]["IdempotencyKeyReused"]["x-extension"] is True
     legacy = {
         (path, method.upper()) for path, item in document["paths"].items() for method, op in item.items()
@@ -255,7 +296,7 @@ def test_the_spec_bounds_are_in_the_document() -> None:
     assert disburse["recipientName"]["maxLength"] == 120
     assert disburse["merchantReference"]["maxLength"] == 120
     amount = schemas["Amount"]
-    assert (amount["type"], amount["minimum"], amount["exclusiveMinimum"]) == ("number", 0, True)
+    assert (amount["type"], amount["exclusiveMinimum"]) == ("number", 0)  # 3.1: exclusiveMinimum is a number
     error = schemas["Error"]
     assert error["required"] == ["code", "message", "requestId"]
     assert error["additionalProperties"] is False
@@ -275,6 +316,7 @@ def check_documented(schema: schemathesis.BaseSchema, path: str, method: str, re
     documented = operation.definition.raw["responses"]
     assert str(response.status_code) in documented, (path, method, response.status_code, response.text)
     operation.validate_response(response)
+    check_error_code_is_listed(path, method, response)
 
 
 def test_every_record_the_app_returns_matches_the_document(fuzz: Fuzz, served_schema: Any) -> None:
@@ -374,7 +416,9 @@ def test_calls_without_a_key_get_the_documented_401(fuzz: Fuzz, served_schema: A
         for path, method in OPERATIONS:
             if document["paths"][path][method.lower()].get("security") == []:
                 continue
-            url = path.replace("{reference}", "REQ-1-X").replace("{currency}", "XAF")
+            if (path, method) in AWAITING_ROUTES and (path, method) not in served_operations(fuzz.app):
+                continue  # documented ahead of the app (see AWAITING_ROUTES)
+            url = path.replace("{reference}", "REQ-1-X").replace("{currency}", "XAF").replace("{id}", "evt_1")
             response = http.request(method, url)
             assert response.status_code == 401, (path, method)
             assert response.json()["requestId"] == response.headers["x-request-id"]

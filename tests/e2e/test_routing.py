@@ -116,8 +116,9 @@ def test_unknown_paths_are_404_in_the_error_shape(client: Client) -> None:
     [
         ("DELETE", "/v1/webhook", ["GET", "HEAD", "POST", "PUT"]),
         ("PATCH", "/v1/webhook", ["GET", "HEAD", "POST", "PUT"]),
-        ("GET", "/v1/disburse", ["POST"]),
-        ("PUT", "/v1/disburse", ["POST"]),
+        # GET /v1/disburse lists payouts (issue 17): the path serves GET and POST
+        ("DELETE", "/v1/disburse", ["GET", "HEAD", "POST"]),
+        ("PUT", "/v1/disburse", ["GET", "HEAD", "POST"]),
         ("DELETE", "/v1/collect/REQ-123", ["GET", "HEAD"]),
         ("POST", "/v1/countries", ["GET", "HEAD"]),
         ("GET", "/v1/webhooks", ["POST"]),

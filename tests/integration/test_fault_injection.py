@@ -146,6 +146,9 @@ class FaultyStore:
         with self.inner.read() as tx:
             yield cast(Transaction, FaultyTransaction(tx, self._plan))
 
+    def ping(self, timeout: float = 0.5) -> None:
+        self.inner.ping(timeout)
+
     def close(self) -> None:
         self.inner.close()
 

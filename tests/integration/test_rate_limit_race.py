@@ -32,6 +32,8 @@ from paymentcore import Config, FakeClock, PaymentCore, RandomReferences, Sandbo
 from paymentcore.testing import CapturingSender, fund, public_resolver
 from paymentcore_server.app import create_app
 
+from conftest import STORE_KINDS, postgres_url  # type: ignore[import-not-found, unused-ignore]
+
 CROWD = 100
 PER_MINUTE = 30
 SAME_KEY_CLIENTS = 16
@@ -112,7 +114,7 @@ class Shop:
             return [r for r in self.refs.payouts if tx.payouts.get(r) is not None]
 
 
-@pytest.fixture(params=["sqlite", "memory"])
+@pytest.fixture(params=STORE_KINDS)
 def shop(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Shop]:
     clock = FakeClock()
     refs = CountingRefs()
@@ -123,11 +125,12 @@ def shop(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Shop]:
         "resolver": public_resolver,
         "config": Config(sandbox_delay=0),
     }
-    core = (
-        PaymentCore.sqlite(tmp_path / "race.db", **kwargs)
-        if request.param == "sqlite"
-        else (PaymentCore.memory(**kwargs))
-    )
+    if request.param == "postgres":
+        core = PaymentCore.postgresql(postgres_url(tmp_path), **kwargs)
+    elif request.param == "sqlite":
+        core = PaymentCore.sqlite(tmp_path / "race.db", **kwargs)
+    else:
+        core = PaymentCore.memory(**kwargs)
     merchant = core.operator.create_merchant("Race Shop")
     collect = core.operator.create_key(merchant.id, ["collect"])
     other = core.operator.create_key(merchant.id, ["collect", "disburse"])

@@ -1,4 +1,5 @@
-"""One contract for the storage port, run against every adapter (MemoryStore and SqliteStore).
+"""One contract for the storage port, run against every adapter (MemoryStore, SqliteStore and, when a
+PostgreSQL server is there (tests/conftest.py), PostgresStore).
 
 Each test talks only to the ``Store``/``Transaction`` protocols, so a behaviour that differs between the
 adapters fails on one of the two parameters.
@@ -19,6 +20,7 @@ from typing import Any
 import attrs
 import hypothesis
 import hypothesis.strategies as st
+import psycopg
 import pytest
 
 from paymentcore._models import (
@@ -28,6 +30,7 @@ from paymentcore._models import (
     Collection,
     CollectionKind,
     CollectionStatus,
+    Delivery,
     DeliveryStatus,
     Event,
     IdempotencyRecord,
@@ -54,24 +57,35 @@ from paymentcore._queries import (
     payout_is_due,
 )
 from paymentcore.adapters.memory import MemoryStore
+from paymentcore.adapters.postgres import PostgresStore
 from paymentcore.adapters.sqlite import MIGRATIONS, SqliteStore
 from paymentcore.ports import Store
 
+from conftest import STORE_KINDS, postgres_url  # type: ignore[import-not-found, unused-ignore]
+
 NOW = 1_767_225_600_000  # 2026-01-01T00:00:00Z in milliseconds
 
-# What each adapter raises for a duplicate primary key (memory: KeyError; SQLite: the PRIMARY KEY).
-DUPLICATE = (KeyError, sqlite3.IntegrityError)
-# What each adapter raises for a negative balance (memory: ValueError; SQLite: the CHECK constraint).
-NEGATIVE = (ValueError, sqlite3.IntegrityError)
+# What each adapter raises for a duplicate primary key (memory: KeyError; SQL: the PRIMARY KEY).
+DUPLICATE = (KeyError, sqlite3.IntegrityError, psycopg.IntegrityError)
+# What each adapter raises for a negative balance (memory: ValueError; SQL: the CHECK constraint).
+NEGATIVE = (ValueError, sqlite3.IntegrityError, psycopg.IntegrityError)
 
 
 class Boom(Exception):
     """Raised on purpose inside a transaction."""
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+def open_store(kind: str, tmp_path: Path) -> Store:
+    if kind == "memory":
+        return MemoryStore()
+    if kind == "postgres":
+        return PostgresStore(postgres_url(tmp_path))
+    return SqliteStore(tmp_path / "contract.db")
+
+
+@pytest.fixture(params=sorted(STORE_KINDS))
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    made: Store = MemoryStore() if request.param == "memory" else SqliteStore(tmp_path / "contract.db")
+    made = open_store(request.param, tmp_path)
     try:
         yield made
     finally:
@@ -1148,3 +1162,259 @@ def test_a_file_made_before_the_repositories_opens_and_counts_alike(tmp_path: Pa
             assert tx.payouts.spent("mer_1", "XAF", NOW - HOUR - 1) == 20
     finally:
         store.close()
+
+
+# --- pages: one merchant's records newest first (the merchant records API) -------------------------
+
+
+def test_payout_pages_are_newest_first_and_ties_go_to_the_last_written(store: Store) -> None:
+    rows = [
+        payout("PO-a", created_at=NOW),
+        payout("PO-c", created_at=NOW + 1, status=PayoutStatus.PAID),
+        payout("PO-b", created_at=NOW + 1),  # written after PO-c in the same millisecond: before it
+        payout("PO-other", created_at=NOW + 5, merchant_id="mer_2"),
+        payout("PO-d", created_at=NOW - 7, status=PayoutStatus.PAID),
+        attrs.evolve(payout("PO-e", created_at=NOW + 1), merchant_reference="order-9"),
+    ]
+    with store.transaction() as tx:
+        for row in rows:
+            tx.payouts.add(row)
+    with store.read() as tx:
+        listed = tx.payouts.page("mer_1", limit=100)
+        assert listed is not None
+        assert [p.reference for p in listed] == ["PO-e", "PO-b", "PO-c", "PO-a", "PO-d"]
+        assert listed[-1] == rows[4]
+        assert refs(tx.payouts.page("mer_1", limit=2) or []) == ["PO-e", "PO-b"]
+        assert refs(tx.payouts.page("mer_1", limit=2, after="PO-b") or []) == ["PO-c", "PO-a"]
+        assert refs(tx.payouts.page("mer_1", limit=2, after="PO-a") or []) == ["PO-d"]
+        assert tx.payouts.page("mer_1", limit=2, after="PO-d") == []
+        paid = tx.payouts.page("mer_1", limit=100, status=PayoutStatus.PAID)
+        assert refs(paid or []) == ["PO-c", "PO-d"]
+        # the cursor need not match the filter: it only marks the place
+        assert refs(tx.payouts.page("mer_1", limit=100, after="PO-e", status=PayoutStatus.PAID) or []) == [
+            "PO-c",
+            "PO-d",
+        ]
+        assert refs(tx.payouts.page("mer_1", limit=100, merchant_reference="order-9") or []) == ["PO-e"]
+        paid_order = tx.payouts.page(
+            "mer_1", limit=100, merchant_reference="order-9", status=PayoutStatus.PAID
+        )
+        assert paid_order == []
+        assert tx.payouts.page("mer_1", limit=5, after="PO-other") is None  # another merchant's
+        assert tx.payouts.page("mer_1", limit=5, after="PO-nope") is None
+        assert refs(tx.payouts.page("mer_2", limit=5) or []) == ["PO-other"]
+        assert tx.payouts.page("mer_3", limit=5) == []
+
+
+def test_an_update_keeps_a_records_place_in_its_pages(store: Store) -> None:
+    with store.transaction() as tx:
+        for reference in ("PO-1", "PO-2", "PO-3"):
+            tx.payouts.add(payout(reference))
+            tx.collections.add(collection(reference.replace("PO", "REQ")))
+            tx.outbox.add(event(reference.replace("PO", "evt")))
+    with store.transaction() as tx:  # the oldest of each changes
+        tx.payouts.update(payout("PO-1", status=PayoutStatus.SENT))
+        tx.collections.update(collection("REQ-1", status=CollectionStatus.PROCESSING))
+        tx.outbox.update(event("evt-1", status=DeliveryStatus.DELIVERED))
+    with store.read() as tx:
+        assert refs(tx.payouts.page("mer_1", limit=5) or []) == ["PO-3", "PO-2", "PO-1"]
+        assert refs(tx.collections.page("mer_1", limit=5) or []) == ["REQ-3", "REQ-2", "REQ-1"]
+        assert [e.id for e in tx.outbox.page("mer_1", limit=5) or []] == ["evt-3", "evt-2", "evt-1"]
+
+
+def test_collection_pages_filter_and_place(store: Store) -> None:
+    rows = [
+        attrs.evolve(collection("REQ-a"), merchant_reference="cart-1"),
+        attrs.evolve(collection("REQ-b"), status=CollectionStatus.FAILED),
+        attrs.evolve(collection("REQ-c"), created_at=NOW - 120_000, merchant_reference="cart-1"),
+        attrs.evolve(collection("REQ-x"), merchant_id="mer_2"),
+        full_collection("REQ-d"),  # created at NOW: the newest
+    ]
+    with store.transaction() as tx:
+        for row in rows:
+            tx.collections.add(row)
+    with store.read() as tx:
+        listed = tx.collections.page("mer_1", limit=100)
+        assert listed is not None and listed[0] == rows[4]
+        assert refs(listed) == ["REQ-d", "REQ-b", "REQ-a", "REQ-c"]
+        assert refs(tx.collections.page("mer_1", limit=1, after="REQ-b") or []) == ["REQ-a"]
+        assert refs(tx.collections.page("mer_1", limit=9, status=CollectionStatus.PENDING) or []) == [
+            "REQ-a",
+            "REQ-c",
+        ]
+        assert refs(tx.collections.page("mer_1", limit=9, merchant_reference="cart-1") or []) == [
+            "REQ-a",
+            "REQ-c",
+        ]
+        assert refs(tx.collections.page("mer_1", limit=9, status=CollectionStatus.SUCCESS) or []) == ["REQ-d"]
+        assert tx.collections.page("mer_1", limit=9, after="REQ-x") is None
+        assert tx.collections.page("mer_2", limit=9, after="REQ-a") is None
+
+
+def test_ledger_pages_per_account_newest_first(store: Store) -> None:
+    entries = [
+        entry("led_c", created_at=NOW + 1),
+        entry("led_b", created_at=NOW),
+        entry("led_a", created_at=NOW + 1),
+        entry("led_other_currency", created_at=NOW + 9, currency="XOF"),
+        entry("led_other_merchant", created_at=NOW + 9, merchant_id="mer_2"),
+    ]
+    with store.transaction() as tx:
+        for e in entries:
+            tx.ledger.append(e)
+    with store.read() as tx:
+        listed = tx.ledger.page("mer_1", "XAF", limit=10)
+        assert listed is not None and [e.id for e in listed] == ["led_a", "led_c", "led_b"]
+        # newest first is the journal's own order reversed
+        assert listed == tx.ledger.entries("mer_1", "XAF")[::-1]
+        assert listed[1] == entries[0]
+        assert [e.id for e in tx.ledger.page("mer_1", "XAF", limit=1, after="led_a") or []] == ["led_c"]
+        assert tx.ledger.page("mer_1", "XAF", limit=1, after="led_b") == []
+        assert tx.ledger.page("mer_1", "XAF", limit=1, after="led_other_currency") is None
+        assert tx.ledger.page("mer_1", "XAF", limit=1, after="led_other_merchant") is None
+        assert [e.id for e in tx.ledger.page("mer_1", "XOF", limit=5) or []] == ["led_other_currency"]
+
+
+def test_event_pages_filter_by_type_and_statuses(store: Store) -> None:
+    rows = [
+        event("evt_a"),
+        attrs.evolve(event("evt_b", status=DeliveryStatus.FAILED), type="disburse.sent"),
+        event("evt_c", status=DeliveryStatus.SKIPPED),
+        event("evt_d", status=DeliveryStatus.DELIVERED, created_at=NOW + 1),
+        event("evt_x", merchant_id="mer_2"),
+    ]
+    with store.transaction() as tx:
+        for row in rows:
+            tx.outbox.add(row)
+    failed = frozenset({DeliveryStatus.FAILED, DeliveryStatus.SKIPPED})
+    with store.read() as tx:
+        assert [e.id for e in tx.outbox.page("mer_1", limit=9) or []] == ["evt_d", "evt_c", "evt_b", "evt_a"]
+        assert [e.id for e in tx.outbox.page("mer_1", limit=9, statuses=failed) or []] == ["evt_c", "evt_b"]
+        assert [e.id for e in tx.outbox.page("mer_1", limit=9, event_type="disburse.sent") or []] == ["evt_b"]
+        only = tx.outbox.page("mer_1", limit=9, event_type="collect.succeeded", statuses=failed)
+        assert [e.id for e in only or []] == ["evt_c"]
+        assert tx.outbox.page("mer_1", limit=9, statuses=frozenset()) == []
+        assert [e.id for e in tx.outbox.page("mer_1", limit=2, after="evt_c") or []] == ["evt_b", "evt_a"]
+        assert tx.outbox.page("mer_1", limit=2, after="evt_x") is None
+        assert tx.outbox.page("mer_1", limit=9)[-1] == rows[0]  # type: ignore[index]
+
+
+def test_event_resend_fields_round_trip_and_resends_due(store: Store) -> None:
+    rows = [
+        attrs.evolve(event("evt_a"), resend_at=NOW + 5),
+        attrs.evolve(event("evt_b", status=DeliveryStatus.FAILED), resend_at=NOW - 1, redeliveries=2),
+        attrs.evolve(
+            event("evt_c", status=DeliveryStatus.DELIVERED), resend_at=NOW - 1, sent_as="payout.paid"
+        ),
+        event("evt_d"),
+    ]
+    with store.transaction() as tx:
+        for row in rows:
+            tx.outbox.add(row)
+    with store.read() as tx:
+        assert tx.outbox.get("evt_c") == rows[2]
+        assert tx.outbox.get("evt_d") == rows[3]
+        assert (rows[3].redeliveries, rows[3].sent_as, rows[3].resend_at) == (0, None, None)
+        # the earliest first; ties in the order written
+        assert [e.id for e in tx.outbox.resends_due(NOW, 10)] == ["evt_b", "evt_c"]
+        assert [e.id for e in tx.outbox.resends_due(NOW + 5, 10)] == ["evt_b", "evt_c", "evt_a"]
+        assert [e.id for e in tx.outbox.resends_due(NOW + 5, 1)] == ["evt_b"]
+        assert tx.outbox.resends_due(NOW - 2, 10) == []
+    with store.transaction() as tx:
+        tx.outbox.update(attrs.evolve(rows[1], resend_at=None, redeliveries=3))
+    with store.read() as tx:
+        assert [e.id for e in tx.outbox.resends_due(NOW, 10)] == ["evt_c"]
+        assert tx.outbox.get("evt_b") == attrs.evolve(rows[1], resend_at=None, redeliveries=3)
+
+
+def test_deliveries_are_kept_per_event_oldest_first(store: Store) -> None:
+    attempts = [
+        Delivery("dlv_2", "evt_1", NOW + 10, "collect.succeeded", 200, None, 12),
+        Delivery("dlv_1", "evt_1", NOW, "payment.succeeded", None, "timed out", 10_000),
+        Delivery("dlv_3", "evt_1", NOW + 10, "collect.succeeded", 503, "HTTP 503", 0, resent=True),
+        Delivery("dlv_4", "evt_2", NOW, "disburse.sent", 500, "HTTP 500", 7),
+    ]
+    with store.transaction() as tx:
+        for attempt in attempts:
+            tx.deliveries.add(attempt)
+    with store.read() as tx:
+        assert tx.deliveries.list("evt_1") == [attempts[1], attempts[0], attempts[2]]
+        assert tx.deliveries.list("evt_2") == [attempts[3]]
+        assert tx.deliveries.list("evt_3") == []
+    with pytest.raises(DUPLICATE), store.transaction() as tx:
+        tx.deliveries.add(attrs.evolve(attempts[0], response_status=418))
+    with store.read() as tx:
+        assert tx.deliveries.list("evt_1")[1] == attempts[0]
+
+
+def test_a_file_from_before_the_records_api_keeps_its_events(tmp_path: Path) -> None:
+    """Events written before the migration that added delivery records read back with no resend."""
+    path = tmp_path / "before.db"
+    mine = next(i for i, script in enumerate(MIGRATIONS) if "CREATE TABLE deliveries" in script)
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        for script in MIGRATIONS[:mine]:
+            conn.executescript(script)
+        conn.execute(
+            "INSERT INTO events (id, merchant_id, type, data, created_at, status, attempts, next_attempt_at)"
+            " VALUES ('evt_old', 'mer_1', 'collect.succeeded', ?, ?, 'FAILED', 9, 0)",
+            ('{"reference":"REQ-1"}', NOW),
+        )
+        conn.execute(f"PRAGMA user_version = {mine}")
+    finally:
+        conn.close()
+    store = SqliteStore(path)
+    try:
+        assert store.schema_version() == len(MIGRATIONS)
+        with store.read() as tx:
+            old = tx.outbox.get("evt_old")
+            assert old is not None and old.attempts == 9 and old.status is DeliveryStatus.FAILED
+            assert (old.redeliveries, old.sent_as, old.resend_at) == (0, None, None)
+            assert tx.deliveries.list("evt_old") == []
+            assert [e.id for e in tx.outbox.page("mer_1", limit=5) or []] == ["evt_old"]
+    finally:
+        store.close()
+
+
+# --- balances moved in one step, and the rate-limit counters ---------------------------------------
+
+
+def test_move_adds_in_one_step_and_never_goes_below_zero(store: Store) -> None:
+    with store.transaction() as tx:
+        assert tx.ledger.move("mer_1", "XAF", available=10, credited=10) == Balance(
+            "mer_1", "XAF", available=10, credited=10
+        )
+        assert tx.ledger.move("mer_1", "XAF", available=-4, reserved=4) == Balance(
+            "mer_1", "XAF", available=6, reserved=4, credited=10
+        )
+        assert tx.ledger.move("mer_1", "XAF", available=-7, reserved=7) is None  # only 6 available
+        assert tx.ledger.move("mer_1", "XAF", reserved=-4, paid_out=4) == Balance(
+            "mer_1", "XAF", available=6, paid_out=4, credited=10
+        )
+        assert tx.ledger.move("mer_2", "XAF", available=-1, reserved=1) is None  # no balance at all
+    with store.read() as tx:
+        moved = Balance("mer_1", "XAF", available=6, paid_out=4, credited=10)
+        assert tx.ledger.balance("mer_1", "XAF") == moved
+        assert tx.ledger.balances("mer_2") == []  # a refused move creates nothing
+
+
+def test_rate_buckets_count_per_key_and_width_and_purge_by_start(store: Store) -> None:
+    with store.transaction() as tx:
+        assert tx.rates.buckets("key_1", 1_000, 0) == []
+        for key_id, width, start in [
+            ("key_1", 1_000, 5_000),
+            ("key_1", 1_000, 5_000),
+            ("key_1", 1_000, 6_000),
+            ("key_1", 60_000, 0),
+            ("key_2", 1_000, 5_000),
+        ]:
+            tx.rates.add(key_id, width, start)
+    with store.transaction() as tx:
+        assert tx.rates.buckets("key_1", 1_000, 0) == [(5_000, 2), (6_000, 1)]
+        assert tx.rates.buckets("key_1", 1_000, 5_001) == [(6_000, 1)]
+        assert tx.rates.buckets("key_1", 60_000, 0) == [(0, 1)]
+        assert tx.rates.buckets("key_2", 1_000, 0) == [(5_000, 1)]
+        assert tx.rates.purge(5_500) == 3
+    with store.read() as tx:
+        assert tx.rates.buckets("key_1", 1_000, 0) == [(6_000, 1)]
+        assert tx.rates.buckets("key_2", 1_000, 0) == []

@@ -102,11 +102,11 @@ def test_the_library_has_no_import_cycles() -> None:
     assert cycles == []
 
 
-def test_importing_the_library_loads_no_web_framework_http_client_or_driver() -> None:
+def test_importing_the_library_loads_no_web_framework_http_client_driver_or_metrics_library() -> None:
     code = (
         "import sys, paymentcore; "
-        "print(sorted(m for m in ('starlette', 'uvicorn', 'httpx', 'sqlite_utils', 'cattrs') "
-        "if m in sys.modules))"
+        "print(sorted(m for m in ('starlette', 'uvicorn', 'httpx', 'sqlite_utils', 'cattrs', "
+        "'prometheus_client') if m in sys.modules))"
     )
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert loaded.stdout.strip() in ("[]", "['cattrs']")

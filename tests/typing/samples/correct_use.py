@@ -9,7 +9,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from decimal import Decimal
 
-from paymentcore import Collection, PaymentCore, PaymentError, Payout, PayoutStatus, construct_event
+from paymentcore import (
+    Collection,
+    LedgerItem,
+    LedgerItemType,
+    PaymentCore,
+    PaymentError,
+    Payout,
+    PayoutStatus,
+    construct_event,
+)
 
 PHONE = "690000000"
 
@@ -74,3 +83,14 @@ def webhooks(secret: str, headers: Mapping[str, str], body: bytes) -> None:
 def current_names(core: PaymentCore, mid: str, reference: str) -> str:
     payout: Payout = core.disburse.get(mid, reference)
     return payout.reference
+
+
+def lists(core: PaymentCore, mid: str, item: LedgerItem) -> None:
+    core.disburse.list(mid, limit=20)
+    core.disburse.list(mid, status=PayoutStatus.PAID)
+    page = core.disburse.list(mid)
+    print(page.data[0].amount + Decimal("1.5"))
+    print(page.has_more)
+    print(item.type.value == "PAYOUT_PAID")
+    print(item.type is LedgerItemType.PAYOUT_PAID)
+    core.operator.ledger(mid, "XAF")

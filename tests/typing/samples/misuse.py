@@ -15,7 +15,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from decimal import Decimal
 
-from paymentcore import Collection, PaymentCore, PaymentError, Payout, PayoutStatus, construct_event
+from paymentcore import (
+    Collection,
+    LedgerItem,
+    LedgerItemType,
+    PaymentCore,
+    PaymentError,
+    Payout,
+    PayoutStatus,
+    construct_event,
+)
 
 PHONE = "690000000"
 
@@ -75,3 +84,14 @@ def removed_names() -> None:
     from paymentcore import Reply  # expect: attr-defined
 
     print(Reply)
+
+
+def lists(core: PaymentCore, mid: str, item: LedgerItem) -> None:
+    core.disburse.list(mid, limit="20")  # expect: arg-type
+    core.disburse.list(mid, status="PAID")  # expect: arg-type
+    page = core.disburse.list(mid)
+    print(page.data[0].amount + 1.5)  # expect: operator
+    page.has_more = False  # expect: misc
+    print(item.type == "PAYOUT_PAID")  # expect: comparison-overlap
+    print(item.type is LedgerItemType.PAID)  # expect: attr-defined
+    core.operator.ledger(mid)  # expect: call-arg
