@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -205,14 +205,33 @@ class Call:
     idempotency_key: str | None
     params: Mapping[str, str]
     query: tuple[tuple[str, str], ...] = ()  # the query string's (name, value) pairs, repeats kept
+    # the body's fields once read: an error the library raises is reported with their wire names
+    _read: list[Fields | Query] = attrs.field(factory=list, init=False, repr=False)
 
     def body(self) -> Any:
         if not self.raw.strip():
             raise InvalidRequestError("The body must be a JSON object.")
         return wire.loads(self.raw)
 
-    def fields(self) -> Fields:
-        return Fields(self.body())
+    def fields(self, body: Any = None) -> Fields:
+        """The body's fields (``body``: the body when the handler already parsed it)."""
+        read = Fields(self.body() if body is None else body)
+        self._read.append(read)
+        return read
+
+    def query_string(self, allowed: Sequence[str]) -> Query:
+        """The query string's parameters (only ``allowed`` ones, each at most once)."""
+        read = Query(self.query, allowed)
+        self._read.append(read)
+        return read
+
+    def translate(self, error: PaymentError) -> PaymentError:
+        """``error`` as the wire names it: ``param`` and message in the request's own field names."""
+        if self._read:
+            return self._read[-1].translate(error)
+        if error.param == "idempotency_key":  # nothing read yet: only the header can be at fault
+            return translate(error, {"idempotency_key": IDEMPOTENCY_HEADER})
+        return error
 
     @property
     def merchant_id(self) -> str:
@@ -265,7 +284,11 @@ class Api:
         if transact:
             principal.require_approved()
         key = check_idempotency_header(idempotency_header)
-        return work(Call(principal, raw, key, params, query)), state
+        call = Call(principal, raw, key, params, query)
+        try:
+            return work(call), state
+        except PaymentError as error:
+            raise call.translate(error) from None
 
     @staticmethod
     def _rate_headers(state: RateState) -> dict[str, str]:
@@ -311,48 +334,42 @@ class Api:
 
     def charge(self, call: Call) -> Reply:
         f = call.fields()
-        try:
-            collection = self.core.collect.charge(
-                call.merchant_id,
-                currency=f.get("currency"),
-                amount=f.get("amount"),
-                country=f.get("country"),
-                provider=f.get("provider"),
-                phone=f.get("phone"),
-                merchant_reference=f.merchant_reference(),
-                description=f.get("description"),
-                idempotency_key=call.idempotency_key,
-            )
-        except PaymentError as error:
-            raise f.translate(error) from None
+        collection = self.core.collect.charge(
+            call.merchant_id,
+            currency=f.get("currency"),
+            amount=f.get("amount"),
+            country=f.get("country"),
+            provider=f.get("provider"),
+            phone=f.get("phone"),
+            merchant_reference=f.merchant_reference(),
+            description=f.get("description"),
+            idempotency_key=call.idempotency_key,
+        )
         return Reply(202, charge_json(collection))
 
     def checkout_handler(self, *, legacy: bool) -> Work:
         def checkout(call: Call) -> Reply:
             f = call.fields()
-            try:
-                if legacy:
-                    collection = self.core.collect.legacy_payment(
-                        call.merchant_id,
-                        currency=f.get("currency"),
-                        amount=f.get("amount"),
-                        description=f.get("description"),
-                        reference=f.get("reference"),
-                        expires_in_minutes=f.get("expires_in_minutes"),
-                        idempotency_key=call.idempotency_key,
-                    )
-                else:
-                    collection = self.core.collect.checkout(
-                        call.merchant_id,
-                        currency=f.get("currency"),
-                        amount=f.get("amount"),
-                        description=f.get("description"),
-                        merchant_reference=f.merchant_reference(),
-                        expires_in_minutes=f.get("expires_in_minutes"),
-                        idempotency_key=call.idempotency_key,
-                    )
-            except PaymentError as error:
-                raise f.translate(error) from None
+            if legacy:
+                collection = self.core.collect.legacy_payment(
+                    call.merchant_id,
+                    currency=f.get("currency"),
+                    amount=f.get("amount"),
+                    description=f.get("description"),
+                    reference=f.get("reference"),
+                    expires_in_minutes=f.get("expires_in_minutes"),
+                    idempotency_key=call.idempotency_key,
+                )
+            else:
+                collection = self.core.collect.checkout(
+                    call.merchant_id,
+                    currency=f.get("currency"),
+                    amount=f.get("amount"),
+                    description=f.get("description"),
+                    merchant_reference=f.merchant_reference(),
+                    expires_in_minutes=f.get("expires_in_minutes"),
+                    idempotency_key=call.idempotency_key,
+                )
             return Reply(201, collection_json(collection))
 
         return checkout
@@ -361,17 +378,14 @@ class Api:
         return Reply(200, collection_json(self.core.collect.get(call.merchant_id, call.params["reference"])))
 
     def list_collections(self, call: Call) -> Reply:
-        q = Query(call.query, ("limit", "startingAfter", "status", "merchantReference"))
-        try:
-            page = self.core.collect.list(
-                call.merchant_id,
-                limit=q.limit(),
-                starting_after=q.get("starting_after"),
-                status=q.member("status", CollectionStatus),
-                merchant_reference=q.get("merchant_reference"),
-            )
-        except PaymentError as error:
-            raise q.translate(error) from None
+        q = call.query_string(("limit", "startingAfter", "status", "merchantReference"))
+        page = self.core.collect.list(
+            call.merchant_id,
+            limit=q.limit(),
+            starting_after=q.get("starting_after"),
+            status=q.member("status", CollectionStatus),
+            merchant_reference=q.get("merchant_reference"),
+        )
         return Reply(200, page_json(page, collection_json))
 
     # --- disburse --------------------------------------------------------------------------------
@@ -382,38 +396,32 @@ class Api:
             raise IdempotencyKeyRequiredError(
                 "Payouts need an Idempotency-Key header.", param="Idempotency-Key"
             )
-        f = Fields(body)
-        try:
-            payout = self.core.disburse.create(
-                call.merchant_id,
-                currency=f.get("currency"),
-                amount=f.get("amount"),
-                phone=f.get("phone"),
-                recipient_name=f.get("recipient_name"),
-                merchant_reference=f.merchant_reference(),
-                country=f.get("country"),
-                provider=f.get("provider"),
-                idempotency_key=call.idempotency_key,
-            )
-        except PaymentError as error:
-            raise f.translate(error) from None
+        f = call.fields(body)
+        payout = self.core.disburse.create(
+            call.merchant_id,
+            currency=f.get("currency"),
+            amount=f.get("amount"),
+            phone=f.get("phone"),
+            recipient_name=f.get("recipient_name"),
+            merchant_reference=f.merchant_reference(),
+            country=f.get("country"),
+            provider=f.get("provider"),
+            idempotency_key=call.idempotency_key,
+        )
         return Reply(201, payout_json(payout))
 
     def get_payout(self, call: Call) -> Reply:
         return Reply(200, payout_json(self.core.disburse.get(call.merchant_id, call.params["reference"])))
 
     def list_payouts(self, call: Call) -> Reply:
-        q = Query(call.query, ("limit", "startingAfter", "status", "merchantReference"))
-        try:
-            page = self.core.disburse.list(
-                call.merchant_id,
-                limit=q.limit(),
-                starting_after=q.get("starting_after"),
-                status=q.member("status", PayoutStatus),
-                merchant_reference=q.get("merchant_reference"),
-            )
-        except PaymentError as error:
-            raise q.translate(error) from None
+        q = call.query_string(("limit", "startingAfter", "status", "merchantReference"))
+        page = self.core.disburse.list(
+            call.merchant_id,
+            limit=q.limit(),
+            starting_after=q.get("starting_after"),
+            status=q.member("status", PayoutStatus),
+            merchant_reference=q.get("merchant_reference"),
+        )
         return Reply(200, page_json(page, payout_json))
 
     def disburse_limits(self, call: Call) -> Reply:
@@ -425,44 +433,35 @@ class Api:
         return Reply(200, {"balances": [balance_json(balance) for balance in balances]})
 
     def ledger(self, call: Call) -> Reply:
-        q = Query(call.query, ("currency", "limit", "startingAfter"))
-        try:
-            page = self.core.operator.ledger(
-                call.merchant_id,
-                q.get("currency"),  # type: ignore[arg-type]  # None is refused with param currency
-                limit=q.limit(),
-                starting_after=q.get("starting_after"),
-            )
-        except PaymentError as error:
-            raise q.translate(error) from None
+        q = call.query_string(("currency", "limit", "startingAfter"))
+        page = self.core.operator.ledger(
+            call.merchant_id,
+            q.get("currency"),  # type: ignore[arg-type]  # None is refused with param currency
+            limit=q.limit(),
+            starting_after=q.get("starting_after"),
+        )
         return Reply(200, page_json(page, ledger_item_json))
 
     # --- events ----------------------------------------------------------------------------------
 
     def list_events(self, call: Call) -> Reply:
-        q = Query(call.query, ("limit", "startingAfter", "type", "deliveryStatus"))
-        try:
-            page = self.core.webhooks.events(
-                call.merchant_id,
-                limit=q.limit(),
-                starting_after=q.get("starting_after"),
-                type=q.get("type"),
-                delivery_status=q.member("delivery_status", EventDeliveryStatus),
-            )
-        except PaymentError as error:
-            raise q.translate(error) from None
+        q = call.query_string(("limit", "startingAfter", "type", "deliveryStatus"))
+        page = self.core.webhooks.events(
+            call.merchant_id,
+            limit=q.limit(),
+            starting_after=q.get("starting_after"),
+            type=q.get("type"),
+            delivery_status=q.member("delivery_status", EventDeliveryStatus),
+        )
         return Reply(200, page_json(page, event_summary_json))
 
     def get_event(self, call: Call) -> Reply:
         return Reply(200, event_record_json(self.core.webhooks.event(call.merchant_id, call.params["id"])))
 
     def resend_event(self, call: Call) -> Reply:
-        try:
-            event = self.core.webhooks.resend(
-                call.merchant_id, call.params["id"], idempotency_key=call.idempotency_key
-            )
-        except PaymentError as error:
-            raise translate(error, {"idempotency_key": IDEMPOTENCY_HEADER}) from None
+        event = self.core.webhooks.resend(
+            call.merchant_id, call.params["id"], idempotency_key=call.idempotency_key
+        )
         return Reply(202, event_record_json(event))
 
     # --- discovery -------------------------------------------------------------------------------
@@ -540,16 +539,13 @@ class Api:
     def register_handler(self, *, legacy: bool) -> Work:
         def register(call: Call) -> Reply:
             f = call.fields()
-            try:
-                registration = self.core.webhooks.register(
-                    call.merchant_id,
-                    url=f.get("url"),
-                    events=f.get("events"),
-                    legacy=legacy,
-                    idempotency_key=call.idempotency_key,
-                )
-            except PaymentError as error:
-                raise f.translate(error) from None
+            registration = self.core.webhooks.register(
+                call.merchant_id,
+                url=f.get("url"),
+                events=f.get("events"),
+                legacy=legacy,
+                idempotency_key=call.idempotency_key,
+            )
             return Reply(200, webhook_registration_json(registration))
 
         return register
