@@ -27,6 +27,7 @@ from paymentcore_server.app import create_app
 
 POSTGRES_URL_ENV = "PAYMENTCORE_TEST_POSTGRES_URL"
 STORE_KINDS = ["sqlite", "memory", "postgres"]
+HTTP_ENGINES = ["sqlite", "postgres"]  # the engines `paymentcore serve --db` takes
 _schemas: list[str] = []  # made by postgres_url(), dropped when the session ends
 _schema_numbers = itertools.count()
 
@@ -149,10 +150,10 @@ def _client(core: PaymentCore, clock: FakeClock) -> Iterator[Client]:
     core.close()
 
 
-@pytest.fixture
-def client(tmp_path: Path, clock: FakeClock) -> Iterator[Client]:
-    """The app on a SQLite file."""
-    yield from _client(make_core("sqlite", tmp_path, clock), clock)
+@pytest.fixture(params=HTTP_ENGINES)
+def client(request: pytest.FixtureRequest, tmp_path: Path, clock: FakeClock) -> Iterator[Client]:
+    """The app on each database engine in turn: the HTTP end-to-end suite runs on SQLite and PostgreSQL."""
+    yield from _client(make_core(request.param, tmp_path, clock), clock)
 
 
 @pytest.fixture

@@ -28,6 +28,8 @@ import pytest
 
 from paymentcore import verify_webhook
 
+from conftest import HTTP_ENGINES, postgres_url  # type: ignore[import-not-found, unused-ignore]
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 API_USAGE = ROOT / "tests" / "typing" / "api_usage.py"
@@ -172,9 +174,11 @@ def test_typed_api_usage_loads_without_side_effects_and_runs(tmp_path: Path) -> 
 # --- the HTTP examples against a real server -------------------------------------------------------
 
 
-@pytest.fixture
-def demo_server(tmp_path: Path) -> Iterator[tuple[str, str, str]]:
-    """A real server on a free port with the demo merchant: (base URL, Collect key, Disburse key)."""
+@pytest.fixture(params=HTTP_ENGINES)
+def demo_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str, str]]:
+    """A real server on a free port with the demo merchant, on each database engine in turn:
+    (base URL, Collect key, Disburse key)."""
+    db = postgres_url(tmp_path) if request.param == "postgres" else str(tmp_path / "s.db")
     port = free_port()
     stderr_path = tmp_path / "server.log"
     command = [
@@ -182,7 +186,7 @@ def demo_server(tmp_path: Path) -> Iterator[tuple[str, str, str]]:
         "-m",
         "paymentcore_server",
         "--db",
-        str(tmp_path / "s.db"),
+        db,
         "serve",
         "--demo",
         "--port",

@@ -2,8 +2,9 @@
 
 - ``paymentcore serve --db postgresql://...`` serves a charge and a payout end to end;
 - the operator commands take ``--db postgresql://...`` and a core already open sees their changes;
-- two ``paymentcore serve`` processes on one database (SQLite file or PostgreSQL) give a key of 30 a
-  minute 30 requests in all, not 30 each, and a restart keeps the count.
+- two ``paymentcore serve`` processes on one database (SQLite file or PostgreSQL) accept exactly 4 of 40
+  racing payouts of a quarter of the balance each, give a key of 30 a minute 30 requests in all, not 30
+  each, and a restart keeps the count.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 from typing import IO, Any
@@ -43,7 +45,9 @@ def free_port() -> int:
 class Serve:
     """One ``paymentcore serve`` process on ``db`` (a SQLite path or a PostgreSQL URL)."""
 
-    def __init__(self, db: str, logs: Path, name: str, *, demo: bool = False) -> None:
+    def __init__(
+        self, db: str, logs: Path, name: str, *, demo: bool = False, private_webhooks: bool = False
+    ) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.out_path = logs / f"{name}.out"
@@ -52,6 +56,8 @@ class Serve:
         command += ["--port", str(self.port), "--sandbox-delay", "0"]
         if demo:
             command.append("--demo")
+        if private_webhooks:
+            command.append("--allow-private-webhooks")
         self._files: list[IO[bytes]] = [self.out_path.open("wb"), self.err_path.open("wb")]
         self.proc = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=self._files[0], stderr=self._files[1], cwd=logs
@@ -249,11 +255,17 @@ def test_a_wrong_postgresql_url_is_refused_in_one_line(tmp_path: Path) -> None:
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
-# --- rate limits across API processes ------------------------------------------------------------
+# --- money and rate limits across API processes -----------------------------------------------------------
 
 
-def crowd(bases: list[str], key: str, count: int) -> list[httpx.Response]:
-    """``count`` GETs at once, spread over the servers in turn."""
+def crowd(
+    bases: list[str],
+    key: str,
+    count: int,
+    send: Callable[[httpx.Client, int, dict[str, str]], httpx.Response] | None = None,
+) -> list[httpx.Response]:
+    """``count`` requests at once (GET /v1/countries unless ``send`` makes another; it gets the
+    client, the request's number and the auth header), spread over the servers in turn."""
     barrier = threading.Barrier(count)
     answers: list[httpx.Response] = []
     errors: list[BaseException] = []
@@ -264,9 +276,8 @@ def crowd(bases: list[str], key: str, count: int) -> list[httpx.Response]:
     def run(n: int) -> None:
         try:
             barrier.wait(timeout=30)
-            answer = clients[n % len(clients)].get(
-                "/v1/countries", headers={"Authorization": f"Bearer {key}"}
-            )
+            http, headers = clients[n % len(clients)], {"Authorization": f"Bearer {key}"}
+            answer = send(http, n, headers) if send else http.get("/v1/countries", headers=headers)
         except BaseException as exc:
             with lock:
                 errors.append(exc)
@@ -314,3 +325,35 @@ def test_two_api_processes_share_a_keys_30_a_minute_and_a_restart_keeps_the_coun
         for server in (first, second, third):
             if server is not None:
                 server.stop()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_two_api_processes_accept_exactly_4_of_40_racing_quarter_payouts(kind: str, tmp_path: Path) -> None:
+    db = database(kind, tmp_path)
+    first = Serve(db, tmp_path, "first").wait_ready()
+    second: Serve | None = None
+    core = PaymentCore.postgresql(db, sender=None) if kind == "postgres" else PaymentCore.sqlite(db)
+    try:
+        second = Serve(db, tmp_path, "second").wait_ready()
+        merchant = core.operator.create_merchant("Racing Shop", settlement_currency="XAF")
+        key = core.operator.create_key(merchant.id, ["disburse"], per_minute=1000, per_hour=10_000)
+        fund(core, merchant.id, "XAF", 4000)
+
+        def payout(http: httpx.Client, n: int, headers: dict[str, str]) -> httpx.Response:
+            body = {"amount": 1000, "currency": "XAF", "phone": f"6700001{n:02d}"}
+            return http.post("/v1/disburse", json=body, headers={**headers, "Idempotency-Key": f"race-{n}"})
+
+        answers = crowd([first.base, second.base], key.api_key, 40, payout)
+        accepted = [a for a in answers if a.status_code == 201]
+        refused = [a for a in answers if a.status_code != 201]
+        assert len(accepted) == 4, sorted(a.status_code for a in answers)
+        assert {(a.status_code, a.json()["code"]) for a in refused} == {(400, "INSUFFICIENT_BALANCE")}
+        assert len({a.json()["reference"] for a in accepted}) == 4
+        (balance,) = core.operator.balances(merchant.id)
+        assert balance.available == 0 and balance.available + balance.reserved <= 4000
+        assert core.check_all_ledgers()
+    finally:
+        for server in (first, second):
+            if server is not None:
+                server.stop()
+        core.close()
