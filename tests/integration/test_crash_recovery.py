@@ -1,10 +1,11 @@
 """Crash recovery: SIGKILL a real server in the middle of a stream of payouts and charges, then restart it.
 
-The server is the real ``paymentcore serve`` process on a SQLite file (synchronous FULL, group commit).
+The server is the real ``paymentcore serve`` process, on a SQLite file (synchronous FULL, group commit)
+and on PostgreSQL (``--db postgresql://...``).
 Several client threads send payouts and charges, each with its own Idempotency-Key, and remember every
 request that was answered 2xx. After a random delay the server is killed with SIGKILL, with no chance
-to flush or clean up. Then, with the server dead, the file is checked directly (``PRAGMA
-integrity_check``, the ledger invariant of every balance, every acknowledged request present); the
+to flush or clean up. Then, with the server dead, the database is checked directly (on SQLite ``PRAGMA
+integrity_check``; the ledger invariant of every balance, every acknowledged request present); the
 server is restarted on the same file (the keys persist, no ``--demo``), and over HTTP every
 acknowledged request is still there: GET by reference answers it, and a replay with the same key
 answers the same reference and body. This is repeated with different timings. At the end the restarted
@@ -39,6 +40,8 @@ import pytest
 
 from paymentcore import PaymentCore
 from paymentcore._models import Scope
+
+from conftest import HTTP_ENGINES, postgres_url  # type: ignore[import-not-found, unused-ignore]
 
 pytestmark = pytest.mark.slow
 
@@ -83,7 +86,7 @@ class PhoneBook:
 class Server:
     """One ``paymentcore serve`` process; its stdout and stderr go to files (no pipe can fill up)."""
 
-    def __init__(self, db: Path, logs: Path, name: str, *, demo: bool) -> None:
+    def __init__(self, db: str, logs: Path, name: str, *, demo: bool) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.out_path = logs / f"{name}.out"
@@ -93,7 +96,7 @@ class Server:
             "-m",
             "paymentcore_server",
             "--db",
-            str(db),
+            db,
             "serve",
             "--port",
             str(self.port),
@@ -279,39 +282,45 @@ def run_stream_then_kill(
 # --- checks on the file, with the server down -----------------------------------------------------
 
 
-@contextlib.contextmanager
-def raw(db: Path) -> Iterator[sqlite3.Connection]:
+def is_postgres(db: str) -> bool:
+    return db.startswith(("postgresql://", "postgres://"))
+
+
+def query(db: str, sql: str) -> list[tuple[Any, ...]]:
+    """Rows of ``sql`` read straight from the database, past the library."""
+    if is_postgres(db):
+        import psycopg
+
+        with psycopg.connect(db, autocommit=True) as pg:
+            return list(pg.execute(sql).fetchall())
     conn = sqlite3.connect(db, isolation_level=None)
     try:
-        yield conn
+        return conn.execute(sql).fetchall()
     finally:
         conn.close()
 
 
 @contextlib.contextmanager
-def library(db: Path) -> Iterator[PaymentCore]:
-    core = PaymentCore.sqlite(db, sender=None)
+def library(db: str) -> Iterator[PaymentCore]:
+    core = PaymentCore.postgresql(db, sender=None) if is_postgres(db) else PaymentCore.sqlite(db, sender=None)
     try:
         yield core
     finally:
         core.close()
 
 
-def payout_rows(db: Path) -> dict[str, dict[str, Any]]:
-    with raw(db) as conn:
-        rows = conn.execute(
-            "SELECT reference, status, amount, phone, resolution, next_check_at FROM payouts"
-        ).fetchall()
+def payout_rows(db: str) -> dict[str, dict[str, Any]]:
+    rows = query(db, "SELECT reference, status, amount, phone, resolution, next_check_at FROM payouts")
     return {
         r[0]: {"status": r[1], "amount": r[2], "phone": r[3], "resolution": r[4], "next_check_at": r[5]}
         for r in rows
     }
 
 
-def check_file(db: Path, merchant_id: str, acked: list[Acked]) -> None:
+def check_file(db: str, merchant_id: str, acked: list[Acked]) -> None:
     """With no server running: the file is sound, the books balance, nothing acknowledged is missing."""
-    with raw(db) as conn:
-        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    if not is_postgres(db):
+        assert query(db, "PRAGMA integrity_check") == [("ok",)]
     with library(db) as core:
         core.check_all_ledgers()  # raises LedgerInvariantError when the books are off
         with core.store.read() as tx:
@@ -338,7 +347,7 @@ def entries_by_reference(entries: list[Any]) -> dict[str, list[str]]:
     return kinds
 
 
-def check_journal(db: Path, kinds: dict[str, list[str]], collections: dict[str, Any]) -> None:
+def check_journal(db: str, kinds: dict[str, list[str]], collections: dict[str, Any]) -> None:
     """Every payout has its one reservation and resolves at most once; a collection is credited once."""
     payouts = payout_rows(db)
     for reference, payout in payouts.items():
@@ -408,7 +417,7 @@ def fund_merchant(server: Server, collect_key: str, phones: PhoneBook) -> None:
     pytest.fail("the funding charges did not settle")
 
 
-def raise_ceilings(db: Path, api_keys: tuple[str, str]) -> str:
+def raise_ceilings(db: str, api_keys: tuple[str, str]) -> str:
     """The operator lifts the keys' rate limits (read by the server at once); returns the merchant id."""
     with library(db) as core:
         merchant_id = ""
@@ -421,7 +430,7 @@ def raise_ceilings(db: Path, api_keys: tuple[str, str]) -> str:
     return merchant_id
 
 
-def settle_payouts(server: Server, db: Path) -> dict[str, dict[str, Any]]:
+def settle_payouts(server: Server, db: str) -> dict[str, dict[str, Any]]:
     """Let the restarted worker finish every payout it can.
 
     A payout claimed by the killed process keeps that claim (a 30-second lease) until it runs out; the
@@ -455,8 +464,11 @@ def server_note(server: Server) -> str:
     return f"the stream did not get going:\n{server.output()}"
 
 
-def test_sigkill_mid_stream_loses_nothing_acknowledged_and_moves_no_money_twice(tmp_path: Path) -> None:
-    db = tmp_path / "crash.db"
+@pytest.mark.parametrize("engine", HTTP_ENGINES)
+def test_sigkill_mid_stream_loses_nothing_acknowledged_and_moves_no_money_twice(
+    engine: str, tmp_path: Path
+) -> None:
+    db = postgres_url(tmp_path) if engine == "postgres" else str(tmp_path / "crash.db")
     rng = random.Random()
     phones = PhoneBook()
     servers: list[Server] = []
