@@ -2,15 +2,19 @@
 
 A key is shown once at creation and stored only as its SHA-256 (the key carries 256 random bits, so a
 fast hash is enough). Rate limits are sliding windows of one minute and one hour per key, counted in
-the store (``tx.rates``), so every API process on one database shares one count per key and a restart
-keeps it; a key's ceilings are read from the store on every request, so a change made by the CLI
-applies at once.
+a rate book shared by every API process on one database, so they share one count per key and a
+restart keeps it: the store itself (``tx.rates``) on PostgreSQL and in memory, a side file on SQLite
+(``paymentcore.adapters.sqlite_rates``, whose writes need no fsync). A key's ceilings are read from
+the store on every request, so a change made by the CLI applies at once.
 """
 
 from __future__ import annotations
 
 import hashlib
 import secrets
+import threading
+from contextlib import AbstractContextManager
+from typing import Protocol
 
 import attrs
 
@@ -23,7 +27,7 @@ from paymentcore.errors import (
     RateLimitedError,
     UnauthorizedError,
 )
-from paymentcore.ports import Store, Transaction
+from paymentcore.ports import RateRepository
 
 KEY_PREFIX = "pck_"
 
@@ -103,20 +107,83 @@ def retry_after(window: Window, buckets: list[tuple[int, int]], ceiling: int, no
     return 1
 
 
-class RateLimiter:
-    """Sliding one-minute and one-hour windows per key, counted in the store: one write unit of work
-    per request, in which the store holds the key's counters, so racing requests (in this process or
-    another one on the same database) take the slots one at a time."""
+class Counting(Protocol):
+    """A unit of work that can count requests (a store's, or a rate file's)."""
 
-    def __init__(self, store: Store) -> None:
-        self._store = store
+    @property
+    def rates(self) -> RateRepository: ...
+
+
+class RateBook(Protocol):
+    """Where the counters live: anything whose write transactions offer ``rates`` (every store does)."""
+
+    def transaction(self) -> AbstractContextManager[Counting]: ...
+
+
+@attrs.define(eq=False)
+class _Hit:
+    """One request waiting to be counted, and what counting it gave."""
+
+    key: ApiKey
+    now: int
+    done: bool = False
+    state: RateState | None = None
+    error: BaseException | None = None
+
+
+class RateLimiter:
+    """Sliding one-minute and one-hour windows per key, counted in a rate book, in which the book holds
+    the counters of the keys being counted, so racing requests (in this process or another one on the
+    same database) take the slots one at a time.
+
+    Requests that arrive together are counted together: each request queues its hit, and whichever
+    thread takes the counting turn counts every queued hit in one write transaction of the book (keys
+    in a fixed order, each key's hits in arrival order), so a burst costs one transaction rather than
+    one per request and the threads do not queue one by one behind the book's lock.
+    """
+
+    def __init__(self, book: RateBook) -> None:
+        self._book = book
+        self._queue: list[_Hit] = []
+        self._queue_lock = threading.Lock()
+        self._turn = threading.Lock()
 
     def hit(self, key: ApiKey, now: int) -> RateState:
         """Count one request or raise RATE_LIMITED (a refused request is not counted)."""
-        with self._store.transaction() as tx:
-            return self.count(tx, key, now)
+        mine = _Hit(key, now)
+        with self._queue_lock:
+            self._queue.append(mine)
+        with self._turn:
+            if not mine.done:
+                with self._queue_lock:
+                    batch, self._queue = self._queue, []
+                self._count_all(batch)
+        if mine.error is not None:
+            raise mine.error
+        assert mine.state is not None
+        return mine.state
 
-    def count(self, tx: Transaction, key: ApiKey, now: int) -> RateState:
+    def _count_all(self, batch: list[_Hit]) -> None:
+        try:
+            with self._book.transaction() as tx:
+                for hit in sorted(batch, key=lambda h: h.key.id):  # stable: arrival order per key
+                    try:
+                        hit.state = self.count(tx, hit.key, hit.now)
+                    except RateLimitedError as refused:  # nothing of it was written
+                        hit.error = refused
+        except BaseException as failure:  # the book failed: every hit of the batch fails with it
+            for hit in batch:
+                hit.state, hit.error = None, failure
+        finally:
+            for hit in batch:
+                hit.done = True
+
+    def purge(self, now: int) -> int:
+        """Drop the buckets past the longest window; how many went."""
+        with self._book.transaction() as tx:
+            return tx.rates.purge(now - HOUR.length)
+
+    def count(self, tx: Counting, key: ApiKey, now: int) -> RateState:
         minute = tx.rates.buckets(key.id, MINUTE.width, MINUTE.since(now))
         hour = tx.rates.buckets(key.id, HOUR.width, HOUR.since(now))
         for window, buckets, ceiling in ((MINUTE, minute, key.per_minute), (HOUR, hour, key.per_hour)):
@@ -138,9 +205,9 @@ class RateLimiter:
 
 
 class Access:
-    def __init__(self, deps: Deps) -> None:
+    def __init__(self, deps: Deps, rate_book: RateBook | None = None) -> None:
         self._deps = deps
-        self.limiter = RateLimiter(deps.store)
+        self.limiter = RateLimiter(rate_book if rate_book is not None else deps.store)
 
     def authenticate(self, token: str | None) -> Principal:
         """The caller behind a bearer token, or UNAUTHORIZED / CAPABILITY_DISABLED."""

@@ -9,6 +9,7 @@ imported only then).
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 
 import attrs
 
-from paymentcore._access import HOUR, Access
+from paymentcore._access import Access, RateBook
 from paymentcore._collect import Collect
 from paymentcore._deps import Deps
 from paymentcore._disburse import Disburse
@@ -34,7 +35,16 @@ from paymentcore.adapters.secretbox import FernetSecretBox
 from paymentcore.catalogue import Catalogue
 from paymentcore.config import Config
 from paymentcore.observe import WORK_KINDS, Observer, WorkBacklog
-from paymentcore.ports import Clock, Network, References, Resolver, SecretBox, Store, WebhookSender
+from paymentcore.ports import (
+    Clock,
+    Network,
+    References,
+    Resolver,
+    SecretBox,
+    Store,
+    StoreUnavailableError,
+    WebhookSender,
+)
 
 _log = logging.getLogger("paymentcore.worker")
 LEASE_KEEP_MS = 3_600_000  # lease rows that ran out an hour ago are dropped (a dead worker's)
@@ -67,6 +77,7 @@ class PaymentCore:
         sender: WebhookSender | None = None,
         resolver: Resolver | None = None,
         observer: Observer | None = None,
+        rate_book: RateBook | None = None,
     ) -> None:
         config = config or Config()
         self.config = config
@@ -85,7 +96,8 @@ class PaymentCore:
         idem = Idempotency(
             retention_ms=config.idempotency_retention_hours * 3_600_000, box=self.deps.secret_box
         )
-        self.access = Access(self.deps)
+        self.access = Access(self.deps, rate_book)
+        self._rate_book = rate_book
         self.operator = Operator(self.deps)
         self.collect = Collect(self.deps, idem)
         self.disburse = Disburse(self.deps, idem)
@@ -108,14 +120,35 @@ class PaymentCore:
     ) -> PaymentCore:
         """A core on a SQLite file; the server key is ``<path>.key`` unless given."""
         from paymentcore.adapters.sqlite import SqliteStore
+        from paymentcore.adapters.sqlite_rates import SqliteRateFile, rate_file_path
 
         path = Path(path)
         if "secret_box" not in kwargs:
             key_path = Path(key_file) if key_file is not None else path.with_name(path.name + ".key")
-            kwargs["secret_box"] = FernetSecretBox.from_key_file(key_path)
+            try:
+                kwargs["secret_box"] = FernetSecretBox.from_key_file(key_path)
+            except OSError as exc:  # a read-only or missing folder
+                raise StoreUnavailableError(
+                    f"cannot use the SQLite database {path}: its server key {key_path} cannot be"
+                    f" read or created ({exc.strerror or exc})"
+                ) from exc
         if "sender" not in kwargs:
             kwargs["sender"] = _default_sender()
-        return cls(store=SqliteStore(path, synchronous=synchronous), **kwargs)
+        try:
+            store = SqliteStore(path, synchronous=synchronous)
+        except sqlite3.Error as exc:  # a read-only file or folder, a file that is not a database, ...
+            raise StoreUnavailableError(f"cannot use the SQLite database {path}: {exc}") from exc
+        try:
+            if "rate_book" not in kwargs:  # the rate-limit counters, beside the database
+                rates = rate_file_path(path)
+                try:
+                    kwargs["rate_book"] = SqliteRateFile(rates)
+                except sqlite3.Error as exc:
+                    raise StoreUnavailableError(f"cannot use the rate-limit file {rates}: {exc}") from exc
+            return cls(store=store, **kwargs)
+        except BaseException:
+            store.close()
+            raise
 
     @classmethod
     def postgresql(
@@ -212,7 +245,7 @@ class PaymentCore:
             with self.store.transaction() as tx:
                 tx.idempotency.purge(now - self.config.idempotency_retention_hours * 3_600_000)
                 tx.leases.purge(now - LEASE_KEEP_MS)
-                tx.rates.purge(now - HOUR.length)  # rate-limit buckets past the longest window
+            self.access.limiter.purge(now)  # rate-limit buckets past the longest window
             self._next_purge = now + 60_000
         return done
 
@@ -294,7 +327,7 @@ class PaymentCore:
                     with self.store.transaction() as tx:
                         tx.idempotency.purge(now - self.config.idempotency_retention_hours * 3_600_000)
                         tx.leases.purge(now - LEASE_KEEP_MS)
-                        tx.rates.purge(now - HOUR.length)  # rate-limit buckets past the longest window
+                    self.access.limiter.purge(now)  # rate-limit buckets past the longest window
                     self._next_purge = now + 60_000
                 status = self.work_status()
                 moment = time.monotonic()
@@ -325,3 +358,6 @@ class PaymentCore:
         if callable(close):
             close()
         self.store.close()
+        close_book = getattr(self._rate_book, "close", None)
+        if callable(close_book):
+            close_book()

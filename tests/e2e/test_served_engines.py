@@ -137,9 +137,9 @@ def decoded(answer: httpx.Response) -> Any:
 @pytest.fixture
 def shop(served: Served) -> Iterator[Shop]:
     merchant = served.core.operator.create_merchant(unique("Shop"), settlement_currency="XAF")
-    limits = {"per_minute": 10_000, "per_hour": 100_000}
-    collect = served.core.operator.create_key(merchant.id, ["collect"], **limits)
-    disburse = served.core.operator.create_key(merchant.id, ["disburse"], **limits)
+    operator = served.core.operator
+    collect = operator.create_key(merchant.id, ["collect"], per_minute=10_000, per_hour=100_000)
+    disburse = operator.create_key(merchant.id, ["disburse"], per_minute=10_000, per_hour=100_000)
     with httpx.Client(base_url=served.base, timeout=30.0) as http:
         yield Shop(http, merchant.id, collect.api_key, disburse.api_key)
 

@@ -324,7 +324,7 @@ def test_16_gathered_requests_with_one_idempotency_key_make_one_collection(shop:
 
 @pytest.mark.slow
 def test_a_real_server_lets_30_of_100_through_and_makes_one_collection_per_key(tmp_path: Path) -> None:
-    db = tmp_path / "real.db"
+    db = str(tmp_path / "real.db")
     server = Server(db, tmp_path, "race", demo=True)
     try:
         server.wait_ready()
