@@ -1,7 +1,8 @@
 """In-process benchmarks and database preparation.
 
-- :func:`prepare_server_db`: a SQLite file for one benchmark server: a merchant with a huge balance, one
-  API key per workload with ceilings of 10^6 a minute and an hour, collections to read, payouts to replay;
+- :func:`prepare_server_db`: the database of one benchmark server (a SQLite file, or a PostgreSQL
+  schema when given its URL): a merchant with a huge balance, one API key per workload with ceilings of
+  10^6 a minute and an hour, collections to read, payouts to replay;
 - :func:`compare_payouts`: ``core.disburse.create`` against a hand-written sqlite3 transaction doing the
   same writes, with the same durability;
 - :func:`compare_signing`: ``paymentcore._signing.signature`` against bare ``hmac.digest``;
@@ -44,17 +45,30 @@ ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"
 
 @dataclass
 class Prepared:
-    db: Path
+    db: Path  # the SQLite file, or (with ``url``) where the reference files are named after
     merchant_id: str
     tokens: dict[str, str]  # workload kind -> API key
     refs_file: Path  # collection references (GET by reference)
     replay_file: Path  # idempotency keys already used for a payout (replay)
     replay_keys: list[str]
     funded: int
+    url: str | None = None  # the PostgreSQL database (a schema of its own) instead of ``db``
+
+    @property
+    def database(self) -> str:
+        """What ``bench_serve.py core --db`` and :func:`open_core` take."""
+        return self.url if self.url is not None else str(self.db)
 
 
-def open_core(db: Path, synchronous: str = "FULL", **config: Any) -> PaymentCore:
-    return PaymentCore.sqlite(db, synchronous=synchronous, sender=None, config=Config(**config))
+def is_postgres(db: Path | str) -> bool:
+    return str(db).startswith(("postgresql://", "postgres://"))
+
+
+def open_core(db: Path | str, synchronous: str = "FULL", **config: Any) -> PaymentCore:
+    """A core on a SQLite file, or on PostgreSQL when ``db`` is a URL (``synchronous`` is SQLite's)."""
+    if is_postgres(db):
+        return PaymentCore.postgresql(str(db), sender=None, config=Config(**config))
+    return PaymentCore.sqlite(Path(db), synchronous=synchronous, sender=None, config=Config(**config))
 
 
 def create_payout(core: PaymentCore, merchant_id: str, key: str) -> Payout:
@@ -75,9 +89,13 @@ def new_merchant(core: PaymentCore, name: str = "Bench Shop", funding: int = FUN
     return merchant.id
 
 
-def prepare_server_db(db: Path, *, kinds: list[str], references: int = 200, replays: int = 200) -> Prepared:
-    """Everything a core server needs for the load, written in-process before the server starts."""
-    core = open_core(db)
+def prepare_server_db(
+    db: Path, *, kinds: list[str], references: int = 200, replays: int = 200, url: str | None = None
+) -> Prepared:
+    """Everything a core server needs for the load, written in-process before the server starts: in the
+    SQLite file ``db``, or in the PostgreSQL database ``url`` (then ``db`` only names the files of
+    references)."""
+    core = open_core(url if url is not None else db)
     try:
         merchant_id = new_merchant(core)
         tokens = {
@@ -112,7 +130,7 @@ def prepare_server_db(db: Path, *, kinds: list[str], references: int = 200, repl
     refs_file.write_text("\n".join(refs) + "\n")
     replay_file = db.with_suffix(".replay")
     replay_file.write_text("\n".join(keys) + "\n")
-    return Prepared(db, merchant_id, tokens, refs_file, replay_file, keys, FUNDING)
+    return Prepared(db, merchant_id, tokens, refs_file, replay_file, keys, FUNDING, url)
 
 
 # --- timing helpers ----------------------------------------------------------------------------

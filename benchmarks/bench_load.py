@@ -11,6 +11,9 @@ Both generators send the same requests (the ``kind`` of a :class:`Workload`):
 
 Run as a script this module is the Python load generator: one closed-loop asyncio client per
 connection, keep-alive HTTP/1.1, a duration or an exact request count; it prints one JSON line.
+
+:func:`run_split` loads several ports at once (several API processes on one database, with nothing in
+front): the connections are split between one generator per port, all running at the same time.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,10 +48,13 @@ class Workload:
     prefix: str = "k"
     phone_base: int = 0
     refs_file: str = "-"
+    phone_stride: int = 1  # the n-th charge uses phone index phone_base + (n - 1) * phone_stride
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"unknown workload kind {self.kind!r}")
+        if self.phone_stride < 1:
+            raise ValueError("phone_stride must be at least 1")
 
 
 @dataclass
@@ -111,7 +118,7 @@ class RequestMaker:
     def _phone_index(self) -> int:
         while True:
             self.counter += 1
-            index = self.workload.phone_base + self.counter - 1
+            index = self.workload.phone_base + (self.counter - 1) * self.workload.phone_stride
             if index % 100 not in FAILING_TAILS:
                 return index
 
@@ -260,6 +267,8 @@ def run_python(
         str(workload.phone_base),
         "--refs-file",
         workload.refs_file,
+        "--phone-stride",
+        str(workload.phone_stride),
         "--concurrency",
         str(concurrency),
         "--duration",
@@ -293,7 +302,7 @@ def run_wrk(host: str, port: int, workload: Workload, concurrency: int, duration
         workload.token,
         workload.prefix,
         str(workload.phone_base),
-        "1",
+        str(workload.phone_stride),  # load.lua's stride between one thread's phone indexes (-t1)
         workload.refs_file,
     ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 60, check=False)
@@ -329,6 +338,57 @@ def run_load(
     return run_python(host, port, workload, concurrency, duration)
 
 
+def split_connections(concurrency: int, parts: int) -> list[int]:
+    """``concurrency`` connections over ``parts`` generators, as evenly as whole numbers go."""
+    if not 1 <= parts <= concurrency:
+        raise ValueError(f"cannot split {concurrency} connections over {parts} generators")
+    return [concurrency // parts + (1 if i < concurrency % parts else 0) for i in range(parts)]
+
+
+def merge_results(parts: list[LoadResult]) -> LoadResult:
+    """One result for generators that ran at the same time: requests and rates add up; a latency
+    percentile is the worst of the parts' (each part's is exact, the merge is conservative)."""
+    requests = sum(p.requests for p in parts)
+    statuses: dict[str, int] = {}
+    for part in parts:
+        for status, count in part.statuses.items():
+            statuses[status] = statuses.get(status, 0) + count
+    return LoadResult(
+        tool=parts[0].tool,
+        concurrency=sum(p.concurrency for p in parts),
+        requests=requests,
+        duration_s=max(p.duration_s for p in parts),
+        rps=sum(p.rps for p in parts),
+        p50_ms=max(p.p50_ms for p in parts),
+        p90_ms=max(p.p90_ms for p in parts),
+        p99_ms=max(p.p99_ms for p in parts),
+        max_ms=max(p.max_ms for p in parts),
+        mean_ms=sum(p.mean_ms * p.requests for p in parts) / requests if requests else 0.0,
+        non_2xx=sum(p.non_2xx for p in parts),
+        socket_errors=sum(p.socket_errors for p in parts),
+        generated=sum(p.generated for p in parts),
+        statuses=statuses,
+    )
+
+
+def run_split(
+    tool: str, host: str, ports: list[int], workloads: list[Workload], concurrency: int, duration: float
+) -> tuple[LoadResult, list[LoadResult]]:
+    """Load ``ports[i]`` with ``workloads[i]`` (one generator each, all at once), the connections split
+    evenly; the merged result and each part's. A port may appear twice: the same split load on one
+    process, the fair baseline for the same load spread over two."""
+    if len(ports) != len(workloads):
+        raise ValueError("one workload per port")
+    shares = split_connections(concurrency, len(ports))
+    with ThreadPoolExecutor(max_workers=len(ports)) as pool:
+        futures = [
+            pool.submit(run_load, tool, host, port, workload, share, duration)
+            for port, workload, share in zip(ports, workloads, shares, strict=True)
+        ]
+        parts = [future.result() for future in futures]
+    return merge_results(parts), parts
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="the Python fallback load generator")
     parser.add_argument("--host", default="127.0.0.1")
@@ -338,13 +398,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prefix", default="k")
     parser.add_argument("--phone-base", type=int, default=0)
     parser.add_argument("--refs-file", default="-")
+    parser.add_argument("--phone-stride", type=int, default=1)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--duration", type=float, default=5.0)
     parser.add_argument("--limit", type=int, default=0, help="send exactly this many requests, then stop")
     args = parser.parse_args(argv)
     if not args.host.startswith("127.") and args.host not in ("localhost", "::1"):
         parser.error("this generator only loads loopback addresses")
-    workload = Workload(args.kind, args.token, args.prefix, args.phone_base, args.refs_file)
+    workload = Workload(
+        args.kind, args.token, args.prefix, args.phone_base, args.refs_file, args.phone_stride
+    )
     result = asyncio.run(
         generate(args.host, args.port, workload, args.concurrency, args.duration, args.limit)
     )

@@ -18,6 +18,17 @@ HTTP_TARGETS: tuple[tuple[str, str, str], ...] = (
     ("charge-NORMAL", "core-NORMAL", "POST /v1/collect/charge"),
     ("getref-NORMAL", "core-NORMAL", "GET /v1/collect/{reference}"),
     ("replay-NORMAL", "core-NORMAL", "POST /v1/disburse (idempotent replay)"),
+    ("disburse-PG", "core-PG", "POST /v1/disburse"),
+    ("charge-PG", "core-PG", "POST /v1/collect/charge"),
+    ("getref-PG", "core-PG", "GET /v1/collect/{reference}"),
+    ("replay-PG", "core-PG", "POST /v1/disburse (idempotent replay)"),
+)
+# the two-process round on PostgreSQL: (kind, endpoint); targets <kind>-PG-1p and <kind>-PG-2p
+SPLIT_KINDS: tuple[tuple[str, str], ...] = (
+    ("disburse", "POST /v1/disburse"),
+    ("charge", "POST /v1/collect/charge"),
+    ("getref", "GET /v1/collect/{reference}"),
+    ("replay", "POST /v1/disburse (idempotent replay)"),
 )
 
 
@@ -53,6 +64,43 @@ def summarise_http(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "max_ms": max(x["max_ms"] for x in results),
                     "ratio_to_echo": _spread(ratios) if ratios else None,
                     "requests": sum(x["requests"] for x in results),
+                }
+            )
+    return rows
+
+
+def summarise_split(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The two-process round: per endpoint and concurrency, one process against two (both loaded by the
+    same load split over two generators), and the ratio two / one of the same round."""
+
+    def side(mine: list[dict[str, Any]]) -> dict[str, Any]:
+        results = [r["result"] for r in mine]
+        return {
+            "rounds": len(mine),
+            "rps": _spread([x["rps"] for x in results]),
+            "p50_ms": statistics.median(x["p50_ms"] for x in results),
+            "p99_ms": _spread([x["p99_ms"] for x in results]),
+            "requests": sum(x["requests"] for x in results),
+        }
+
+    rows: list[dict[str, Any]] = []
+    levels = sorted({r["concurrency"] for r in runs if r["target"].endswith("-PG-2p")})
+    for kind, endpoint in SPLIT_KINDS:
+        for level in levels:
+            one = [r for r in runs if r["target"] == f"{kind}-PG-1p" and r["concurrency"] == level]
+            two = [r for r in runs if r["target"] == f"{kind}-PG-2p" and r["concurrency"] == level]
+            if not one or not two:
+                continue
+            by_round = {r["round"]: r["result"]["rps"] for r in one}
+            ratios = [r["result"]["rps"] / by_round[r["round"]] for r in two if by_round.get(r["round"])]
+            rows.append(
+                {
+                    "kind": kind,
+                    "endpoint": endpoint,
+                    "concurrency": level,
+                    "one_process": side(one),
+                    "two_processes": side(two),
+                    "ratio_two_to_one": _spread(ratios) if ratios else None,
                 }
             )
     return rows
@@ -165,9 +213,11 @@ def _table(header: Iterable[str], rows: Iterable[Iterable[str]]) -> list[str]:
 
 def markdown(results: dict[str, Any]) -> str:
     meta = results["meta"]
+    postgres = meta.get("postgres", "not run")
+    shown = postgres if postgres.startswith("PostgreSQL") else f"PostgreSQL rounds {postgres}"
     out: list[str] = [
         f"Run {meta['started']} ({'quick' if meta['quick'] else 'full'}), {meta['machine']}; "
-        f"Python {meta['python']}, SQLite {meta['sqlite']}, uvicorn {meta['uvicorn']} "
+        f"Python {meta['python']}, SQLite {meta['sqlite']}, {shown}, uvicorn {meta['uvicorn']} "
         f"({meta['uvicorn_loop']} + {meta['uvicorn_http']}); load: {meta['load_generator']}; "
         f"{meta['duration_s']:.0f} s.",
         "",
@@ -209,6 +259,36 @@ def markdown(results: dict[str, Any]) -> str:
                 ]
             )
         out += _table(["endpoint", "server", "c", "req/s", "p50 ms", "p99 ms", "max ms", "x echo"], rows)
+        split = http.get("split") or []
+        if split:
+            out += [
+                "",
+                "PostgreSQL, two API processes on one database against one process: the same load split over "
+                "two generators in both cases (one per process, or both on the one process); req/s add up, "
+                "p99 is the slower generator's; x one = two processes' req/s over one process's in the same "
+                "round (median [min-max]).",
+                "",
+            ]
+            rows = []
+            for r in split:
+                ratio = r["ratio_two_to_one"]
+                one, two = r["one_process"], r["two_processes"]
+                rows.append(
+                    [
+                        r["endpoint"],
+                        str(r["concurrency"]),
+                        f"{one['rps']['median']:,.0f}",
+                        _ms(one["p99_ms"]["median"]),
+                        f"{two['rps']['median']:,.0f}",
+                        _ms(two["p99_ms"]["median"]),
+                        "-"
+                        if ratio is None
+                        else f"{ratio['median']:.2f} [{ratio['min']:.2f}-{ratio['max']:.2f}]",
+                    ]
+                )
+            out += _table(
+                ["endpoint", "c", "1 process req/s", "p99 ms", "2 processes req/s", "p99 ms", "x one"], rows
+            )
         sustained = http.get("sustained", {})
         if sustained.get("runs"):
             out += [

@@ -3,7 +3,8 @@
 - ``bare``: a Starlette app with one endpoint, GET /json -> {"ok": true};
 - ``echo``: POST /echo doing our API's plumbing without the core: the Bearer key looked up in a dict,
   the Idempotency-Key header read, the JSON body parsed, the body echoed back (201);
-- ``core``: our server, ``paymentcore_server.app.create_app`` on a SQLite file prepared beforehand.
+- ``core``: our server, ``paymentcore_server.app.create_app`` on a database prepared beforehand: a SQLite
+  file, or a PostgreSQL URL (``--db postgresql://...``; several ``core`` servers may share one).
 
 All three run through the same ``uvicorn.run`` call (:data:`UVICORN_FLAGS`), so they differ only in the
 app. uvicorn picks its event loop and HTTP parser with ``auto`` as ``paymentcore serve`` does: uvloop and
@@ -68,11 +69,15 @@ def echo_app(tokens: dict[str, str]) -> Starlette:
     return Starlette(routes=[Route("/echo", echo, methods=["POST"])])
 
 
-def core_app(db: Path, synchronous: str, worker: bool) -> Starlette:
+def core_app(db: str, synchronous: str, worker: bool, pool_size: int | None = None) -> Starlette:
     from paymentcore import Config, PaymentCore
     from paymentcore_server.app import create_app
 
-    core = PaymentCore.sqlite(db, synchronous=synchronous, sender=None, config=Config(sandbox_delay=2.0))
+    config = Config(sandbox_delay=2.0)
+    if db.startswith(("postgresql://", "postgres://")):  # as `paymentcore --db URL serve` decides
+        core = PaymentCore.postgresql(db, pool_size=pool_size, sender=None, config=config)
+    else:
+        core = PaymentCore.sqlite(Path(db), synchronous=synchronous, sender=None, config=config)
     return create_app(core, run_worker=worker, close_core=True)
 
 
@@ -80,8 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="a server for the benchmarks")
     parser.add_argument("kind", choices=["bare", "echo", "core"])
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--db", type=Path, help="core: the prepared SQLite file")
+    parser.add_argument("--db", help="core: the prepared SQLite file or PostgreSQL URL")
     parser.add_argument("--synchronous", choices=["FULL", "NORMAL"], default="FULL")
+    parser.add_argument(
+        "--pool-size", type=int, default=None, help="core on PostgreSQL: connections (default: the library's)"
+    )
     parser.add_argument("--worker", action="store_true", help="core: run the background worker too")
     parser.add_argument("--tokens", type=Path, help="echo: a JSON object of API key -> merchant id")
     args = parser.parse_args(argv)
@@ -95,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         if args.db is None:
             parser.error("core needs --db")
-        app = core_app(args.db, args.synchronous, args.worker)
+        app = core_app(args.db, args.synchronous, args.worker, args.pool_size)
     uvicorn.run(app, port=args.port, **UVICORN_FLAGS)
     return 0
 

@@ -3,9 +3,14 @@
 One run, on this machine:
 
 1. HTTP: a bare Starlette JSON endpoint, a bare POST echo endpoint with our API's auth and header
-   parsing, and our server on SQLite with synchronous=FULL and with NORMAL, all through the same
-   ``uvicorn.run`` flags (benchmarks/bench_serve.py), loaded in interleaved rounds at each concurrency by
-   wrk (benchmarks/load.lua) or, without wrk, the Python generator (benchmarks/bench_load.py);
+   parsing, and our server on SQLite with synchronous=FULL and with NORMAL, and on PostgreSQL (one
+   process), all through the same ``uvicorn.run`` flags (benchmarks/bench_serve.py), loaded in
+   interleaved rounds at each concurrency by wrk (benchmarks/load.lua) or, without wrk, the Python
+   generator (benchmarks/bench_load.py); in the same rounds, two API processes on one PostgreSQL
+   database against one process, the same load split over two generators in both cases. The PostgreSQL
+   server is ``--postgres URL``, else ``$PAYMENTCORE_BENCH_POSTGRES_URL``, else
+   ``$PAYMENTCORE_TEST_POSTGRES_URL``; without one those rounds are skipped (each database is a scratch
+   schema, dropped at the end);
 2. in-process: payout creation against a raw sqlite3 transaction, webhook signing against hmac.digest;
 3. growth: GET by reference and payout creation with few versus many stored records, and payouts with
    few versus many payouts inside the rolling limit windows;
@@ -37,16 +42,20 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import bench_core
 import bench_report
-from bench_load import LoadResult, Workload, have_wrk, run_load, run_python
+from bench_load import LoadResult, Workload, have_wrk, run_load, run_python, run_split
 from bench_serve import HOST, event_loop_and_parser
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_RESULTS = HERE / "results"
 CORE_KINDS = ["disburse", "charge", "getref", "replay"]
 SUSTAINED = "sustained"  # a key of its own for the sustained payouts
+POSTGRES_ENV = ("PAYMENTCORE_BENCH_POSTGRES_URL", "PAYMENTCORE_TEST_POSTGRES_URL")  # the first one set
+PG = "PG"  # the PostgreSQL database of the one-process server (the main rounds, and one side of the split)
+PG2 = "PG2"  # the PostgreSQL database that two server processes share
 
 
 @dataclass(frozen=True)
@@ -145,6 +154,70 @@ class Gate:
         return all(c["ok"] for c in self.checks)
 
 
+@dataclass(frozen=True)
+class Target:
+    """What one load run hits: one server, or several that a split load spreads its connections over."""
+
+    name: str
+    servers: tuple[str, ...]
+    kind: str
+    prepared: bench_core.Prepared | None
+    label: str | None  # the prepared database (its gate counts what the load was told)
+
+    @property
+    def split(self) -> bool:
+        return len(self.servers) > 1
+
+
+# --- PostgreSQL ------------------------------------------------------------------------------------
+
+
+def postgres_from_env() -> str | None:
+    for name in POSTGRES_ENV:
+        url = os.environ.get(name, "").strip()
+        if url:
+            return url
+    return None
+
+
+def postgres_version(url: str) -> str:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+        row = conn.execute("SHOW server_version").fetchone()
+    return "PostgreSQL " + (str(row[0]).split()[0] if row else "?")
+
+
+class PostgresSchemas:
+    """Scratch schemas on the benchmarks' PostgreSQL server: one per prepared database, each reached
+    through a URL whose ``search_path`` names it (as the tests do), all dropped by :meth:`drop`."""
+
+    def __init__(self, base: str) -> None:
+        self.base = base
+        self.tag = secrets.token_hex(3)
+        self.made: list[str] = []
+
+    def new(self, label: str) -> str:
+        import psycopg
+
+        schema = f"pcbench_{self.tag}_{label.lower()}"
+        with psycopg.connect(self.base, autocommit=True) as conn:
+            conn.execute(f"CREATE SCHEMA {schema}")
+        self.made.append(schema)
+        separator = "&" if "?" in self.base else "?"
+        return f"{self.base}{separator}options={quote(f'-csearch_path={schema}', safe='')}"
+
+    def drop(self) -> None:
+        import psycopg
+
+        if not self.made:
+            return
+        with psycopg.connect(self.base, autocommit=True) as conn:
+            for schema in self.made:
+                conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        self.made.clear()
+
+
 # --- servers -----------------------------------------------------------------------------------
 
 
@@ -206,37 +279,61 @@ class Accepted:
     replay: int = 0
 
 
+class Reader:
+    """Read-only queries on a prepared database, SQLite or PostgreSQL (``?`` placeholders either way)."""
+
+    def __init__(self, prepared: bench_core.Prepared) -> None:
+        self._sqlite: sqlite3.Connection | None = None
+        self._pg: Any = None
+        if prepared.url is not None:
+            import psycopg
+
+            self._pg = psycopg.connect(prepared.url, autocommit=True)
+        else:
+            self._sqlite = sqlite3.connect(f"file:{prepared.db}?mode=ro", uri=True)
+
+    def rows(self, query: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        if self._sqlite is not None:
+            return self._sqlite.execute(query, params).fetchall()
+        rows: list[tuple[Any, ...]] = self._pg.execute(query.replace("?", "%s"), params).fetchall()
+        return rows
+
+    def close(self) -> None:
+        if self._sqlite is not None:
+            self._sqlite.close()
+        if self._pg is not None:
+            self._pg.close()
+
+
 def check_core_db(
     gate: Gate, label: str, prepared: bench_core.Prepared, accepted: Accepted
 ) -> dict[str, Any]:
     mid = prepared.merchant_id
-    conn = sqlite3.connect(f"file:{prepared.db}?mode=ro", uri=True)
+    db = Reader(prepared)
     try:
-        payouts = conn.execute(
+        payouts = db.rows(
             "SELECT reference, merchant_reference, amount, resolution FROM payouts WHERE merchant_id = ?",
             (mid,),
-        ).fetchall()
+        )
         reserves = Counter(
             row[0]
-            for row in conn.execute(
+            for row in db.rows(
                 "SELECT reference FROM ledger_entries WHERE merchant_id = ? AND kind = 'reserve'", (mid,)
             )
         )
-        balance = conn.execute(
+        balance = db.rows(
             "SELECT available, reserved, paid_out, credited FROM balances"
             " WHERE merchant_id = ? AND currency = ?",
             (mid, bench_core.CURRENCY),
-        ).fetchone()
-        charges = conn.execute(
+        )[0]
+        charges = db.rows(
             "SELECT merchant_reference FROM collections"
-            " WHERE merchant_id = ? AND merchant_reference NOT LIKE 'prep-%'",
-            (mid,),
-        ).fetchall()
-        idempotency = conn.execute(
-            "SELECT count(*) FROM idempotency WHERE merchant_id = ?", (mid,)
-        ).fetchone()[0]
+            " WHERE merchant_id = ? AND merchant_reference NOT LIKE ?",
+            (mid, "prep-%"),
+        )
+        idempotency = db.rows("SELECT count(*) FROM idempotency WHERE merchant_id = ?", (mid,))[0][0]
     finally:
-        conn.close()
+        db.close()
     replay_keys = set(prepared.replay_keys)
     load_refs = [p[1] for p in payouts if p[1] not in replay_keys]
     replayed = [p for p in payouts if p[1] in replay_keys]
@@ -287,7 +384,7 @@ def check_core_db(
         idempotency == expected_records,
         f"{idempotency} records for {expected_records} POSTs",
     )
-    core = bench_core.open_core(prepared.db)
+    core = bench_core.open_core(prepared.database)
     try:
         core.check_all_ledgers()
         ledger_ok, ledger_detail = True, "check_all_ledgers passed"
@@ -317,7 +414,15 @@ def check_run(gate: Gate, label: str, result: LoadResult) -> None:
 
 
 class Suite:
-    def __init__(self, plan: Plan, tool: str, workdir: Path, results_dir: Path, profile: bool) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        tool: str,
+        workdir: Path,
+        results_dir: Path,
+        profile: bool,
+        postgres: PostgresSchemas | None = None,
+    ) -> None:
         self.plan = plan
         self.tool = tool
         self.workdir = workdir
@@ -325,6 +430,7 @@ class Suite:
         self.logs = results_dir / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.profile = profile
+        self.postgres = postgres
         self.gate = Gate()
         self.tag = secrets.token_hex(3)
         self.invocation = 0
@@ -332,8 +438,19 @@ class Suite:
         self.servers: list[Server] = []
 
     # load with unique keys and fresh phone numbers for every invocation
-    def workload(self, kind: str, prepared: bench_core.Prepared | None, key: str | None = None) -> Workload:
-        self.invocation += 1
+    def workload(
+        self,
+        kind: str,
+        prepared: bench_core.Prepared | None,
+        key: str | None = None,
+        *,
+        part: int = 0,
+        parts: int = 1,
+    ) -> Workload:
+        """The load of one generator; part ``part`` of ``parts`` generators sharing one load gets keys of
+        its own and every ``parts``-th phone number from ``part`` on, so the parts never collide."""
+        if part == 0:
+            self.invocation += 1
         token = "-"
         refs = "-"
         if prepared is not None:
@@ -342,11 +459,12 @@ class Suite:
                 refs = str(prepared.refs_file)
             elif kind == "replay":
                 refs = str(prepared.replay_file)
-        return Workload(kind, token, f"b{self.tag}{self.invocation}", self.next_phone, refs)
+        prefix = f"b{self.tag}{self.invocation}" + (f"p{part}" if parts > 1 else "")
+        return Workload(kind, token, prefix, self.next_phone + part, refs, parts)
 
     def after(self, workload: Workload, result: LoadResult) -> None:
         if workload.kind == "charge":
-            self.next_phone += result.generated + 1000
+            self.next_phone += result.generated * workload.phone_stride + 1000
 
     def launch(self, name: str, args: list[str], ready_path: str, ready_method: str = "GET") -> Server:
         server = start_server(name, args, self.logs, ready_path, ready_method)
@@ -374,6 +492,16 @@ class Suite:
             )
             for sync in ("FULL", "NORMAL")
         }
+        if self.postgres is not None:
+            print("PostgreSQL: preparing a database for one server process and one for two", flush=True)
+            for label in (PG, PG2):
+                prepared[label] = bench_core.prepare_server_db(
+                    self.workdir / f"server-{label}.db",
+                    kinds=list(CORE_KINDS),
+                    references=plan.references,
+                    replays=plan.replays,
+                    url=self.postgres.new(label),
+                )
         echo_token = "pck_" + secrets.token_urlsafe(32)
         tokens = {"pck_" + secrets.token_urlsafe(32): f"mer_{i}" for i in range(999)}
         tokens[echo_token] = "mer_echo"
@@ -382,7 +510,7 @@ class Suite:
         echo_prepared = bench_core.Prepared(
             self.workdir / "none", "mer_echo", {"echo": echo_token}, Path("-"), Path("-"), [], 0
         )
-        accepted = {sync: Accepted() for sync in prepared}
+        accepted = {label: Accepted() for label in prepared}
         runs: list[dict[str, Any]] = []
         sustained: list[dict[str, Any]] = []
         profiles: dict[str, Any] = {}
@@ -391,41 +519,68 @@ class Suite:
                 "bare": self.launch("bare", ["bare"], "/json"),
                 "echo": self.launch("echo", ["echo", "--tokens", str(tokens_file)], "/echo", "POST"),
             }
-            for sync, prep in prepared.items():
+            for sync in ("FULL", "NORMAL"):
                 servers[f"core-{sync}"] = self.launch(
-                    f"core-{sync}", ["core", "--db", str(prep.db), "--synchronous", sync], "/healthz"
+                    f"core-{sync}",
+                    ["core", "--db", prepared[sync].database, "--synchronous", sync],
+                    "/healthz",
                 )
+            if self.postgres is not None:
+                servers[f"core-{PG}"] = self.launch(
+                    f"core-{PG}", ["core", "--db", prepared[PG].database], "/healthz"
+                )
+                for half in ("a", "b"):  # two API processes on one database, nothing in front
+                    servers[f"core-{PG2}{half}"] = self.launch(
+                        f"core-{PG2}{half}", ["core", "--db", prepared[PG2].database], "/healthz"
+                    )
             for server in servers.values():
                 wait_ready(server)
-            targets: list[tuple[str, str, str, bench_core.Prepared | None, str | None]] = [
-                ("bare", "bare", "bare", None, None),
-                ("echo", "echo", "echo", echo_prepared, None),
+            targets = [
+                Target("bare", ("bare",), "bare", None, None),
+                Target("echo", ("echo",), "echo", echo_prepared, None),
             ]
-            for sync in prepared:
+            for label in [label for label in prepared if label != PG2]:
                 for kind in CORE_KINDS:
-                    targets.append((f"{kind}-{sync}", f"core-{sync}", kind, prepared[sync], sync))
+                    targets.append(
+                        Target(f"{kind}-{label}", (f"core-{label}",), kind, prepared[label], label)
+                    )
+            if self.postgres is not None:
+                # the same load split over two generators: both on the one-process server, or one
+                # generator per process of the two-process server
+                for kind in CORE_KINDS:
+                    one_process = (f"core-{PG}", f"core-{PG}")
+                    two_processes = (f"core-{PG2}a", f"core-{PG2}b")
+                    targets.append(Target(f"{kind}-PG-1p", one_process, kind, prepared[PG], PG))
+                    targets.append(Target(f"{kind}-PG-2p", two_processes, kind, prepared[PG2], PG2))
 
-            def one(
-                target: tuple[str, str, str, bench_core.Prepared | None, str | None],
-                level: int,
-                duration: float,
-                key: str | None = None,
-            ) -> LoadResult:
-                name, server_name, kind, prep, sync = target
-                workload = self.workload(kind, prep, key)
-                result = run_load(self.tool, HOST, servers[server_name].port, workload, level, duration)
-                self.after(workload, result)
-                check_run(self.gate, f"{name} c={level}", result)
-                if sync is not None:
+            def one(target: Target, level: int, duration: float, key: str | None = None) -> LoadResult:
+                if target.split:
+                    parts = len(target.servers)
+                    workloads = [
+                        self.workload(target.kind, target.prepared, key, part=i, parts=parts)
+                        for i in range(parts)
+                    ]
+                    ports = [servers[name].port for name in target.servers]
+                    result, pieces = run_split(self.tool, HOST, ports, workloads, level, duration)
+                    self.after(workloads[0], max(pieces, key=lambda piece: piece.generated))
+                else:
+                    workload = self.workload(target.kind, target.prepared, key)
+                    result = run_load(
+                        self.tool, HOST, servers[target.servers[0]].port, workload, level, duration
+                    )
+                    self.after(workload, result)
+                check_run(self.gate, f"{target.name} c={level}", result)
+                if target.label is not None:
                     ok = result.requests - result.non_2xx
-                    if kind == "disburse":
-                        accepted[sync].disburse += ok
-                        accepted[sync].disburse_in_flight += level
-                    elif kind == "charge":
-                        accepted[sync].charge += ok
-                        accepted[sync].charge_in_flight += level
-                    elif kind == "replay":
-                        accepted[sync].replay += ok
+                    tally = accepted[target.label]
+                    if target.kind == "disburse":
+                        tally.disburse += ok
+                        tally.disburse_in_flight += level
+                    elif target.kind == "charge":
+                        tally.charge += ok
+                        tally.charge_in_flight += level
+                    elif target.kind == "replay":
+                        tally.replay += ok
                 return result
 
             if plan.warmup:
@@ -436,23 +591,26 @@ class Suite:
                 for level in plan.concurrency:
                     shift = (round_no + plan.concurrency.index(level)) % len(targets)
                     for target in targets[shift:] + targets[:shift]:
+                        if target.split and level < len(target.servers):
+                            continue  # one connection cannot be split over two processes
                         result = one(target, level, plan.duration)
                         runs.append(
                             {
                                 "round": round_no,
                                 "concurrency": level,
-                                "target": target[0],
-                                "server": target[1],
+                                "target": target.name,
+                                "server": "+".join(target.servers),
                                 "result": result.to_json(),
                             }
                         )
                         print(
-                            f"round {round_no + 1}/{plan.rounds} c={level:<3} {target[0]:<16} "
+                            f"round {round_no + 1}/{plan.rounds} c={level:<3} {target.name:<16} "
                             f"{result.rps:9.0f} req/s  p50 {result.p50_ms:7.1f}  p99 {result.p99_ms:7.1f} ms",
                             flush=True,
                         )
+            payouts_full = next(t for t in targets if t.name == "disburse-FULL")
             for i in range(plan.sustained_runs):
-                result = one(targets[2], 32, plan.sustained_seconds, SUSTAINED)
+                result = one(payouts_full, 32, plan.sustained_seconds, SUSTAINED)
                 sustained.append(result.to_json())
                 print(
                     f"sustained POST /v1/disburse (FULL) c=32, {i + 1}/{plan.sustained_runs}: "
@@ -460,18 +618,22 @@ class Suite:
                     flush=True,
                 )
             if self.profile:
-                profiles = self.py_spy(servers["core-FULL"], targets[2], one)
+                profiles = self.py_spy(servers["core-FULL"], payouts_full, one)
         finally:
             self.stop_all()
-        for sync, prep in prepared.items():
-            check_core_db(self.gate, f"core-{sync}", prep, accepted[sync])
+        for label, prep in prepared.items():
+            check_core_db(self.gate, f"core-{label}", prep, accepted[label])
         return {
             "rounds": plan.rounds,
             "duration_s": plan.duration if self.tool == "python" else max(1, round(plan.duration)),
             "concurrency": list(plan.concurrency),
             "runs": runs,
             "summary": bench_report.summarise_http(runs),
-            "accepted": {sync: vars(a) for sync, a in accepted.items()},
+            "split": bench_report.summarise_split(runs),
+            "postgres": None
+            if self.postgres is None
+            else {"one_process": f"core-{PG}", "two_processes": [f"core-{PG2}a", f"core-{PG2}b"]},
+            "accepted": {label: vars(a) for label, a in accepted.items()},
             "sustained": {
                 "concurrency": 32,
                 "seconds_per_run": plan.sustained_seconds
@@ -669,7 +831,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--workdir", type=Path, default=None, help="where the databases go (default: a temp dir)"
     )
-    parser.add_argument("--keep", action="store_true", help="keep the databases")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the databases (and the PostgreSQL scratch schemas)"
+    )
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--duration", type=float, default=None, help="seconds per HTTP run")
     parser.add_argument("--concurrency", default=None, help="comma-separated, e.g. 1,8,32,128")
@@ -682,6 +846,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--only", default="http,inprocess,growth,memory", help="parts to run, comma-separated"
+    )
+    parser.add_argument(
+        "--postgres",
+        default=None,
+        metavar="URL",
+        help="the PostgreSQL server of the PostgreSQL rounds (default: $PAYMENTCORE_BENCH_POSTGRES_URL, "
+        "else $PAYMENTCORE_TEST_POSTGRES_URL; 'none' skips them); the role creates and drops schemas",
     )
     args = parser.parse_args(argv)
 
@@ -709,6 +880,30 @@ def main(argv: list[str] | None = None) -> int:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="paymentcore-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
 
+    postgres: PostgresSchemas | None = None
+    postgres_meta = "not run (the http part is off)"
+    if "http" in parts:
+        postgres_url = args.postgres if args.postgres is not None else postgres_from_env()
+        if postgres_url is None or postgres_url.strip().lower() in ("", "none"):
+            postgres_meta = "skipped: no PostgreSQL server given"
+            print(
+                "PostgreSQL rounds skipped: set $PAYMENTCORE_BENCH_POSTGRES_URL or "
+                "$PAYMENTCORE_TEST_POSTGRES_URL (or --postgres URL) to run them",
+                flush=True,
+            )
+        else:
+            import psycopg
+
+            try:
+                postgres_meta = postgres_version(postgres_url)
+            except psycopg.Error as exc:
+                reason = " ".join(str(exc).split())
+                print(
+                    f"error: cannot use the PostgreSQL server for the benchmarks: {reason}", file=sys.stderr
+                )
+                return 2
+            postgres = PostgresSchemas(postgres_url)
+
     loop, parser_name = event_loop_and_parser()
     began = time.monotonic()
     import uvicorn
@@ -721,6 +916,7 @@ def main(argv: list[str] | None = None) -> int:
             "machine": machine(),
             "python": platform.python_version(),
             "sqlite": sqlite3.sqlite_version,
+            "postgres": postgres_meta,
             "uvicorn": uvicorn.__version__,
             "uvicorn_loop": loop,
             "uvicorn_http": parser_name,
@@ -734,7 +930,7 @@ def main(argv: list[str] | None = None) -> int:
         f"benchmarks: {'quick' if plan.quick else 'full'} run, load by {tool}, databases in {workdir}",
         flush=True,
     )
-    suite = Suite(plan, tool, workdir, results_dir, profile)
+    suite = Suite(plan, tool, workdir, results_dir, profile, postgres)
     status = 0
     try:
         if "http" in parts:
@@ -753,6 +949,11 @@ def main(argv: list[str] | None = None) -> int:
         suite.stop_all()
         if not args.keep and args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
+        if postgres is not None and not args.keep:
+            try:
+                postgres.drop()
+            except Exception:  # a leftover scratch schema is harmless
+                traceback.print_exc()
     results["meta"]["duration_s"] = time.monotonic() - began
     results["gate"] = {"passed": suite.gate.passed, "checks": suite.gate.checks}
     results["targets"] = bench_report.evaluate_targets(results)

@@ -1,14 +1,16 @@
 """paymentcore: a mobile-money payments core you can embed.
 
 Build a core with :meth:`PaymentCore.memory` or :meth:`PaymentCore.sqlite`, then use its services:
-``core.collect``, ``core.disburse``, ``core.webhooks``, ``core.operator``. They take typed keyword
-arguments and return frozen records (:class:`Payout`, :class:`Collection`) with ``Decimal`` amounts,
-aware ``datetime`` times and enum statuses; failures raise the :class:`PaymentError` tree. Receivers
-verify and parse webhook deliveries with :func:`construct_event`. Importing this package starts nothing
-and loads no web framework or HTTP client.
+``core.collect``, ``core.disburse``, ``core.webhooks``, ``core.operator`` (which also holds the
+operators who sign in to the console, the work queues and the audit trail of operator actions). They
+take typed keyword arguments and return frozen records (:class:`Payout`, :class:`Collection`) with
+``Decimal`` amounts, aware ``datetime`` times and enum statuses; failures raise the
+:class:`PaymentError` tree. Receivers verify and parse webhook deliveries with :func:`construct_event`.
+Importing this package starts nothing and loads no web framework or HTTP client.
 """
 
 from paymentcore._access import Principal, RateState
+from paymentcore._audit import DEFAULT_ACTOR
 from paymentcore._bootstrap import PaymentCore
 from paymentcore._collect import CheckoutView, PaymentOption
 from paymentcore._events import WebhookEvent, construct_event
@@ -28,7 +30,10 @@ from paymentcore._models import (
 )
 from paymentcore._operator import UNSET, CreatedKey
 from paymentcore._records import (
+    AuditEntry,
     Collection,
+    ConsoleSession,
+    CreatedOperator,
     EventDelivery,
     EventDeliveryStatus,
     EventRecord,
@@ -36,9 +41,12 @@ from paymentcore._records import (
     LedgerItem,
     LedgerItemType,
     MerchantBalance,
+    OperatorAccount,
+    OperatorPayout,
     Page,
     Payout,
     PayoutAllowance,
+    SignedIn,
     WebhookRegistration,
     WebhookSettings,
     from_ms,
@@ -88,6 +96,7 @@ from paymentcore.errors import (
 from paymentcore.observe import Observer, WorkBacklog
 
 __all__ = [
+    "DEFAULT_ACTOR",
     "HTTP_STATUS",
     "UNSET",
     "AccessError",
@@ -96,6 +105,7 @@ __all__ = [
     "AmountTooLargeError",
     "AmountTooSmallError",
     "ApiKey",
+    "AuditEntry",
     "Balance",
     "CapabilityDisabledError",
     "Catalogue",
@@ -105,8 +115,10 @@ __all__ = [
     "CollectionKind",
     "CollectionStatus",
     "Config",
+    "ConsoleSession",
     "CountryNotSupportedError",
     "CreatedKey",
+    "CreatedOperator",
     "CurrencyMismatchError",
     "EventDelivery",
     "EventDeliveryStatus",
@@ -131,6 +143,8 @@ __all__ = [
     "MerchantStatus",
     "NotFoundError",
     "Observer",
+    "OperatorAccount",
+    "OperatorPayout",
     "Page",
     "PaymentCore",
     "PaymentError",
@@ -155,6 +169,7 @@ __all__ = [
     "Scope",
     "ServerError",
     "Settings",
+    "SignedIn",
     "StaticExchangeRates",
     "SystemClock",
     "UnauthorizedError",

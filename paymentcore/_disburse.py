@@ -19,9 +19,11 @@ from typing import Any
 
 import attrs
 
+from paymentcore import _audit as audit
 from paymentcore import _ledger as ledger
 from paymentcore import _models as models
 from paymentcore import _render as render
+from paymentcore._audit import DEFAULT_ACTOR
 from paymentcore._deps import Deps, require_merchant
 from paymentcore._fields import optional_text, required_text, required_value
 from paymentcore._idempotency import Idempotency, check_key, fingerprint
@@ -303,18 +305,25 @@ class Disburse:
 
     # --- operator actions ------------------------------------------------------------------------
 
-    def release(self, reference: str) -> Payout:
-        """Review release: the held payout goes to the network at once (SENT, or FAILED if refused)."""
+    def release(self, reference: str, *, actor: str = DEFAULT_ACTOR) -> Payout:
+        """Review release: the held payout goes to the network at once (SENT, or FAILED if refused).
+
+        ``actor`` is who releases it (see :mod:`paymentcore._audit`); the release is in the audit trail.
+        """
         deps = self._deps
+        actor = audit.check_actor(actor)
         with deps.transaction() as tx:
             payout = self._require(tx, reference)
-            tx.payouts.update(payout.release_from_review(deps.clock.now()))
+            released = payout.release_from_review(deps.clock.now())
+            tx.payouts.update(released)
+            self._audit(tx, actor, "payout.release", payout, released)
         self.advance(reference)
         return self._public(self.find(reference))
 
-    def reject(self, reference: str) -> Payout:
-        """Review decline: REJECTED, the reservation released, event disburse.failed."""
+    def reject(self, reference: str, *, actor: str = DEFAULT_ACTOR) -> Payout:
+        """Review decline: REJECTED, the reservation released, event disburse.failed (audited)."""
         deps = self._deps
+        actor = audit.check_actor(actor)
         with deps.transaction() as tx:
             payout = self._require(tx, reference)
             now = deps.clock.now()
@@ -323,11 +332,14 @@ class Disburse:
             tx.payouts.update(rejected)
             self._tell(rejected.status)
             self._emit(tx, rejected, "disburse.failed", now)
+            self._audit(tx, actor, "payout.reject", payout, rejected)
             return self._public(rejected)
 
-    def resolve(self, reference: str) -> Payout:
-        """Ask the network whether a FAILED (or never-confirmed SENT) payout's money moved, and settle it."""
+    def resolve(self, reference: str, *, actor: str = DEFAULT_ACTOR) -> Payout:
+        """Ask the network whether a FAILED (or never-confirmed SENT) payout's money moved, and settle it
+        (audited)."""
         deps = self._deps
+        actor = audit.check_actor(actor)
         payout = self.find(reference)
         if payout.resolution is not None or payout.status not in (PayoutStatus.FAILED, PayoutStatus.SENT):
             raise InvalidTransitionError(
@@ -342,7 +354,9 @@ class Disburse:
                 raise InvalidTransitionError(f"Payout {reference} changed meanwhile; nothing was done.")
             now = deps.clock.now()
             if moved:
-                return self._public(self._pay(tx, current, now))
+                paid = self._pay(tx, current, now)
+                self._audit(tx, actor, "payout.resolve", current, paid)
+                return self._public(paid)
             resolved = current.resolve_released(now)
             self._move_money(tx, current, ledger.release, now)
             tx.payouts.update(resolved)
@@ -350,7 +364,22 @@ class Disburse:
                 self._tell(resolved.status)
             if current.status is PayoutStatus.SENT:
                 self._emit(tx, resolved, "disburse.failed", now)
+            self._audit(tx, actor, "payout.resolve", current, resolved)
             return self._public(resolved)
+
+    def _audit(
+        self, tx: Transaction, actor: str, action: str, before: models.Payout, after: models.Payout
+    ) -> None:
+        cat = self._deps.catalogue
+        audit.write(
+            tx,
+            self._deps,
+            actor=actor,
+            action=action,
+            subject=before.reference,
+            before=audit.payout_state(before, cat),
+            after=audit.payout_state(after, cat),
+        )
 
     # --- the worker's part (a Task of paymentcore._work) -------------------------------------------
 

@@ -1,24 +1,67 @@
-"""Operator actions (the spec's "dashboard"): merchants, keys, switches, limits, balances.
+"""Operator actions (the spec's "dashboard"): merchants, keys, switches, limits, balances; the people
+who run them (operators, their console sessions); the work queues; and the audit trail.
 
-The CLI is a thin layer over these calls; library users call them directly. Payout review and
-resolution live in :mod:`paymentcore._disburse`, webhook reactivation in :mod:`paymentcore._webhooks`.
+The CLI and the console are thin layers over these calls; library users call them directly. Payout
+review and resolution live in :mod:`paymentcore._disburse`, webhook reactivation in
+:mod:`paymentcore._webhooks`. Every action takes ``actor`` (who acts: an operator id for the console,
+``cli:<os user>`` for the CLI, ``library`` when not given) and writes its audit entry
+(:mod:`paymentcore._audit`) in the unit of work that makes its change.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import secrets
 from decimal import Decimal, InvalidOperation
+from types import MappingProxyType
 from typing import Any
 
 import attrs
 
+from paymentcore import _audit as audit
 from paymentcore import _ledger as ledger
+from paymentcore import wire
 from paymentcore._access import hash_key, new_secret
+from paymentcore._audit import DEFAULT_ACTOR, PLATFORM, StoredAuditEntry, StoredOperator, StoredSession
 from paymentcore._deps import Deps, require_merchant
-from paymentcore._models import ApiKey, Merchant, MerchantStatus, PayoutLimits, Scope, Settings
+from paymentcore._models import ApiKey, Merchant, MerchantStatus, PayoutLimits, PayoutStatus, Scope, Settings
 from paymentcore._money import to_decimal
-from paymentcore._pages import DEFAULT_LIMIT, check_cursor, check_limit, page_of, unknown_cursor
-from paymentcore._records import LedgerItem, MerchantBalance, Page, from_ms
-from paymentcore.errors import InvalidRequestError, NotFoundError
+from paymentcore._pages import (
+    DEFAULT_LIMIT,
+    check_cursor,
+    check_limit,
+    check_member,
+    check_text,
+    page_of,
+    unknown_cursor,
+)
+from paymentcore._records import (
+    AuditEntry,
+    ConsoleSession,
+    CreatedOperator,
+    LedgerItem,
+    MerchantBalance,
+    OperatorAccount,
+    OperatorPayout,
+    Page,
+    SignedIn,
+    from_ms,
+    payout_from,
+)
+from paymentcore.errors import InvalidRequestError, NotFoundError, UnauthorizedError
+from paymentcore.ports import Transaction
+
+#: a sign-in token (shown once by ``create_operator``) and a session secret (the console's cookie)
+OPERATOR_TOKEN_PREFIX = "pco_"
+SESSION_SECRET_PREFIX = "pcs_"
+#: a session ends after this long unused ...
+SESSION_IDLE_MS = 30 * 60_000
+#: ... and this long after sign-in in any case
+SESSION_MAX_MS = 12 * 3_600_000
+#: a session's last use is written at most this often (each write takes the store's write lock)
+SESSION_TOUCH_MS = 60_000
+SIGN_IN_REFUSED = "That token is not valid."
 
 UNSET: Any = object()
 
@@ -48,17 +91,34 @@ class Operator:
     def __init__(self, deps: Deps) -> None:
         self._deps = deps
 
+    def _write(
+        self,
+        tx: Transaction,
+        actor: str,
+        action: str,
+        subject: str,
+        before: dict[str, Any] | None,
+        after: dict[str, Any] | None,
+    ) -> None:
+        audit.write(tx, self._deps, actor=actor, action=action, subject=subject, before=before, after=after)
+
     # --- merchants -------------------------------------------------------------------------------
 
     def create_merchant(
-        self, name: str, *, settlement_currency: str = "XAF", approved: bool = True, fee_percent: object = 0
+        self,
+        name: str,
+        *,
+        settlement_currency: str = "XAF",
+        approved: bool = True,
+        fee_percent: object = 0,
+        actor: str = DEFAULT_ACTOR,
     ) -> Merchant:
-        if not name or not name.strip() or len(name) > 120:
-            raise InvalidRequestError("A merchant name of 1 to 120 characters is required.", param="name")
+        actor = audit.check_actor(actor)
+        name = _check_name(name)
         currency = self._deps.catalogue.currency(settlement_currency, settleable=True)
         merchant = Merchant(
             id=self._deps.refs.token("mer"),
-            name=name.strip(),
+            name=name,
             settlement_currency=currency.code,
             status=MerchantStatus.APPROVED if approved else MerchantStatus.NOT_APPROVED,
             collect_fee_ppm=_percent_to_ppm(fee_percent),
@@ -68,6 +128,7 @@ class Operator:
         )
         with self._deps.store.transaction() as tx:
             tx.merchants.put(merchant)
+            self._write(tx, actor, "merchant.create", merchant.id, None, audit.merchant_state(merchant))
         return merchant
 
     def get_merchant(self, merchant_id: str) -> Merchant:
@@ -78,35 +139,52 @@ class Operator:
         with self._deps.store.read() as tx:
             return tx.merchants.list()
 
-    def _change_merchant(self, merchant_id: str, **changes: Any) -> Merchant:
+    def _change_merchant(self, merchant_id: str, action: str, actor: str, **changes: Any) -> Merchant:
+        actor = audit.check_actor(actor)
         with self._deps.store.transaction() as tx:
-            merchant = attrs.evolve(require_merchant(tx, merchant_id), **changes)
+            before = require_merchant(tx, merchant_id)
+            merchant = attrs.evolve(before, **changes)
             tx.merchants.put(merchant)
+            self._write(
+                tx, actor, action, merchant.id, audit.merchant_state(before), audit.merchant_state(merchant)
+            )
             return merchant
 
-    def approve_merchant(self, merchant_id: str) -> Merchant:
-        return self._change_merchant(merchant_id, status=MerchantStatus.APPROVED)
+    def approve_merchant(self, merchant_id: str, *, actor: str = DEFAULT_ACTOR) -> Merchant:
+        return self._change_merchant(merchant_id, "merchant.approve", actor, status=MerchantStatus.APPROVED)
 
-    def suspend_merchant(self, merchant_id: str) -> Merchant:
-        return self._change_merchant(merchant_id, status=MerchantStatus.SUSPENDED)
+    def suspend_merchant(self, merchant_id: str, *, actor: str = DEFAULT_ACTOR) -> Merchant:
+        suspended = MerchantStatus.SUSPENDED
+        return self._change_merchant(merchant_id, "merchant.suspend", actor, status=suspended)
 
-    def set_merchant_payouts(self, merchant_id: str, enabled: bool) -> Merchant:
-        return self._change_merchant(merchant_id, payouts_enabled=enabled)
+    def set_merchant_payouts(
+        self, merchant_id: str, enabled: bool, *, actor: str = DEFAULT_ACTOR
+    ) -> Merchant:
+        action = "merchant.payouts_enable" if enabled else "merchant.payouts_disable"
+        return self._change_merchant(merchant_id, action, actor, payouts_enabled=enabled)
 
-    def set_collect_fee(self, merchant_id: str, percent: object) -> Merchant:
-        return self._change_merchant(merchant_id, collect_fee_ppm=_percent_to_ppm(percent))
+    def set_collect_fee(self, merchant_id: str, percent: object, *, actor: str = DEFAULT_ACTOR) -> Merchant:
+        ppm = _percent_to_ppm(percent)
+        return self._change_merchant(merchant_id, "merchant.fee", actor, collect_fee_ppm=ppm)
 
-    def block_provider(self, merchant_id: str, provider: str, blocked: bool = True) -> Merchant:
+    def block_provider(
+        self, merchant_id: str, provider: str, blocked: bool = True, *, actor: str = DEFAULT_ACTOR
+    ) -> Merchant:
+        actor = audit.check_actor(actor)
         self._deps.catalogue.provider(provider)
         with self._deps.store.transaction() as tx:
-            merchant = require_merchant(tx, merchant_id)
-            providers = set(merchant.blocked_providers)
+            before = require_merchant(tx, merchant_id)
+            providers = set(before.blocked_providers)
             if blocked:
                 providers.add(provider)
             else:
                 providers.discard(provider)
-            merchant = attrs.evolve(merchant, blocked_providers=frozenset(providers))
+            merchant = attrs.evolve(before, blocked_providers=frozenset(providers))
             tx.merchants.put(merchant)
+            action = "provider.block" if blocked else "provider.unblock"
+            self._write(
+                tx, actor, action, merchant.id, audit.merchant_state(before), audit.merchant_state(merchant)
+            )
             return merchant
 
     # --- keys ------------------------------------------------------------------------------------
@@ -118,7 +196,9 @@ class Operator:
         *,
         per_minute: int | None = None,
         per_hour: int | None = None,
+        actor: str = DEFAULT_ACTOR,
     ) -> CreatedKey:
+        actor = audit.check_actor(actor)
         parsed: set[Scope] = set()
         for scope in scopes:
             try:
@@ -146,22 +226,46 @@ class Operator:
                 created_at=self._deps.clock.now(),
             )
             tx.keys.put(key)
+            self._write(tx, actor, "key.create", key.id, None, audit.key_state(key))
         return CreatedKey(key=key, api_key=secret)
 
-    def _change_key(self, key_id: str, **changes: Any) -> ApiKey:
+    def get_key(self, key_id: str) -> ApiKey:
+        """The key ``key_id`` (never its secret, which is not kept); NotFoundError when unknown."""
+        with self._deps.store.read() as tx:
+            return self._require_key(tx, key_id)
+
+    def keys(self, merchant_id: str) -> list[ApiKey]:
+        """The merchant's keys, oldest first, revoked ones included."""
+        with self._deps.store.read() as tx:
+            require_merchant(tx, merchant_id)
+            return tx.keys.list(merchant_id)
+
+    @staticmethod
+    def _require_key(tx: Transaction, key_id: str) -> ApiKey:
+        key = tx.keys.get(key_id) if isinstance(key_id, str) else None
+        if key is None:
+            raise NotFoundError(f"No API key {str(key_id)[:80]}.", param="key")
+        return key
+
+    def _change_key(self, key_id: str, action: str, actor: str, **changes: Any) -> ApiKey:
+        actor = audit.check_actor(actor)
         with self._deps.store.transaction() as tx:
-            key = tx.keys.get(key_id)
-            if key is None:
-                raise NotFoundError(f"No API key {key_id}.", param="key")
-            key = attrs.evolve(key, **changes)
+            before = self._require_key(tx, key_id)
+            key = attrs.evolve(before, **changes)
             tx.keys.put(key)
+            self._write(tx, actor, action, key.id, audit.key_state(before), audit.key_state(key))
             return key
 
-    def revoke_key(self, key_id: str) -> ApiKey:
-        return self._change_key(key_id, revoked=True)
+    def revoke_key(self, key_id: str, *, actor: str = DEFAULT_ACTOR) -> ApiKey:
+        return self._change_key(key_id, "key.revoke", actor, revoked=True)
 
     def set_rate_limit(
-        self, key_id: str, *, per_minute: int | None = None, per_hour: int | None = None
+        self,
+        key_id: str,
+        *,
+        per_minute: int | None = None,
+        per_hour: int | None = None,
+        actor: str = DEFAULT_ACTOR,
     ) -> ApiKey:
         changes: dict[str, int] = {}
         if per_minute is not None:
@@ -170,7 +274,7 @@ class Operator:
             changes["per_hour"] = _ceiling(per_hour, "per-hour")
         if not changes:
             raise InvalidRequestError("Give --per-minute, --per-hour or both.", param="per-minute")
-        return self._change_key(key_id, **changes)
+        return self._change_key(key_id, "key.rate_limit", actor, **changes)
 
     # --- platform switches -----------------------------------------------------------------------
 
@@ -178,29 +282,41 @@ class Operator:
         with self._deps.store.read() as tx:
             return tx.settings.get()
 
-    def _change_settings(self, **changes: Any) -> Settings:
+    def _change_settings(self, action: str, actor: str, **changes: Any) -> Settings:
+        actor = audit.check_actor(actor)
         with self._deps.store.transaction() as tx:
-            settings = attrs.evolve(tx.settings.get(), **changes)
+            before = tx.settings.get()
+            settings = attrs.evolve(before, **changes)
             tx.settings.put(settings)
+            self._write(
+                tx, actor, action, PLATFORM, audit.settings_state(before), audit.settings_state(settings)
+            )
             return settings
 
-    def set_platform_payouts(self, enabled: bool) -> Settings:
-        return self._change_settings(payouts_enabled=enabled)
+    def set_platform_payouts(self, enabled: bool, *, actor: str = DEFAULT_ACTOR) -> Settings:
+        action = "platform.payouts_enable" if enabled else "platform.payouts_disable"
+        return self._change_settings(action, actor, payouts_enabled=enabled)
 
-    def set_platform_api(self, enabled: bool) -> Settings:
-        return self._change_settings(api_enabled=enabled)
+    def set_platform_api(self, enabled: bool, *, actor: str = DEFAULT_ACTOR) -> Settings:
+        action = "platform.api_enable" if enabled else "platform.api_disable"
+        return self._change_settings(action, actor, api_enabled=enabled)
 
-    def set_currency_payouts(self, currency: str, open_: bool) -> Settings:
+    def set_currency_payouts(self, currency: str, open_: bool, *, actor: str = DEFAULT_ACTOR) -> Settings:
+        actor = audit.check_actor(actor)
         code = self._deps.catalogue.currency(currency, settleable=True).code
         with self._deps.store.transaction() as tx:
-            settings = tx.settings.get()
-            closed = set(settings.closed_currencies)
+            before = tx.settings.get()
+            closed = set(before.closed_currencies)
             if open_:
                 closed.discard(code)
             else:
                 closed.add(code)
-            settings = attrs.evolve(settings, closed_currencies=frozenset(closed))
+            settings = attrs.evolve(before, closed_currencies=frozenset(closed))
             tx.settings.put(settings)
+            action = f"currency.payouts_{'open' if open_ else 'close'}"
+            self._write(
+                tx, actor, action, PLATFORM, audit.settings_state(before), audit.settings_state(settings)
+            )
             return settings
 
     # --- payout limits ---------------------------------------------------------------------------
@@ -214,8 +330,10 @@ class Operator:
         per_day: object = UNSET,
         per_week: object = UNSET,
         review_threshold: object = UNSET,
+        actor: str = DEFAULT_ACTOR,
     ) -> PayoutLimits:
         """Change payout ceilings. A value is a Decimal, int or decimal string; None (or "none") clears it."""
+        actor = audit.check_actor(actor)
         cur = self._deps.catalogue.currency(currency, settleable=True)
         changes: dict[str, int | None] = {}
         for name, value in (
@@ -229,11 +347,20 @@ class Operator:
             changes[name] = _limit_value(value, cur.decimals, name)
         with self._deps.store.transaction() as tx:
             require_merchant(tx, merchant_id)
-            limits = tx.limits.get(merchant_id, cur.code) or PayoutLimits(
+            before = tx.limits.get(merchant_id, cur.code) or PayoutLimits(
                 merchant_id=merchant_id, currency=cur.code
             )
-            limits = attrs.evolve(limits, **changes)  # type: ignore[arg-type]
+            limits = attrs.evolve(before, **changes)  # type: ignore[arg-type]
             tx.limits.put(limits)
+            cat = self._deps.catalogue
+            self._write(
+                tx,
+                actor,
+                "limits.set",
+                merchant_id,
+                audit.limits_state(before, cat),
+                audit.limits_state(limits, cat),
+            )
             return limits
 
     # --- balances --------------------------------------------------------------------------------
@@ -294,6 +421,203 @@ class Operator:
 
         return page_of(lines, limit, item)
 
+    # --- the work queues -------------------------------------------------------------------------
+
+    def payouts(
+        self,
+        *,
+        status: PayoutStatus | str | None = None,
+        awaiting_review: bool | None = None,
+        unresolved: bool | None = None,
+        merchant_id: str | None = None,
+        limit: int = DEFAULT_LIMIT,
+        starting_after: str | None = None,
+    ) -> Page[OperatorPayout]:
+        """Every merchant's payouts, oldest first (a work queue), ``limit`` (1 to 100) at a time.
+
+        The review queue is ``payouts(awaiting_review=True)``; the failed payouts awaiting resolution
+        ``payouts(status=PayoutStatus.FAILED, unresolved=True)``. ``starting_after`` is the reference
+        of the previous page's last payout; ``merchant_id`` keeps one merchant's.
+        """
+        limit = check_limit(limit)
+        after = check_cursor(starting_after)
+        wanted = check_member(status, PayoutStatus, "status")
+        merchant = check_text(merchant_id, "merchant_id", max_length=200)
+        for name, flag in (("awaiting_review", awaiting_review), ("unresolved", unresolved)):
+            if flag is not None and not isinstance(flag, bool):
+                raise InvalidRequestError(f"{name} must be True, False or None.", param=name)
+        with self._deps.store.read() as tx:
+            if merchant is not None:
+                require_merchant(tx, merchant)
+            rows = tx.payouts.queue(
+                limit=limit + 1,
+                after=after,
+                merchant_id=merchant,
+                status=wanted,
+                awaiting_review=awaiting_review,
+                unresolved=unresolved,
+            )
+        if rows is None:
+            raise InvalidRequestError("starting_after is not a payout reference.", param="starting_after")
+        return page_of(rows, limit, self._operator_payout)
+
+    def payout(self, reference: str) -> OperatorPayout:
+        """Any merchant's payout ``reference``, as the operator sees it; NotFoundError when unknown."""
+        with self._deps.store.read() as tx:
+            found = tx.payouts.get(reference) if isinstance(reference, str) and reference else None
+        if found is None:
+            raise NotFoundError(f"No payout {str(reference)[:80]}.", param="reference")
+        return self._operator_payout(found)
+
+    def _operator_payout(self, payout: Any) -> OperatorPayout:
+        return OperatorPayout(
+            merchant_id=payout.merchant_id,
+            payout=payout_from(payout, catalogue=self._deps.catalogue),
+            resolution=None if payout.resolution is None else payout.resolution.value,
+            updated_at=from_ms(payout.updated_at),
+        )
+
+    # --- operators and their console sessions ----------------------------------------------------
+
+    def create_operator(self, name: str, *, actor: str = DEFAULT_ACTOR) -> CreatedOperator:
+        """A new operator who may sign in to the console, and the sign-in token, shown this once."""
+        actor = audit.check_actor(actor)
+        name = _check_name(name)
+        token = OPERATOR_TOKEN_PREFIX + secrets.token_urlsafe(32)
+        operator = StoredOperator(
+            id=self._deps.refs.token("op"),
+            name=name,
+            token_hash=_digest(token),
+            revoked=False,
+            created_at=self._deps.clock.now(),
+        )
+        with self._deps.store.transaction() as tx:
+            tx.operators.put(operator)
+            self._write(tx, actor, "operator.create", operator.id, None, audit.operator_state(operator))
+        return CreatedOperator(operator=_account(operator), token=token)
+
+    def revoke_operator(self, operator_id: str, *, actor: str = DEFAULT_ACTOR) -> OperatorAccount:
+        """The operator's token no longer signs in, and every session of the operator ends now."""
+        actor = audit.check_actor(actor)
+        with self._deps.store.transaction() as tx:
+            before = self._require_operator(tx, operator_id)
+            operator = attrs.evolve(before, revoked=True)
+            tx.operators.put(operator)
+            tx.sessions.end_all(operator.id)
+            self._write(
+                tx,
+                actor,
+                "operator.revoke",
+                operator.id,
+                audit.operator_state(before),
+                audit.operator_state(operator),
+            )
+            return _account(operator)
+
+    def operators(self) -> list[OperatorAccount]:
+        """Every operator, oldest first, revoked ones included."""
+        with self._deps.store.read() as tx:
+            return [_account(operator) for operator in tx.operators.list()]
+
+    @staticmethod
+    def _require_operator(tx: Transaction, operator_id: str) -> StoredOperator:
+        operator = tx.operators.get(operator_id) if isinstance(operator_id, str) else None
+        if operator is None:
+            raise NotFoundError(f"No operator {str(operator_id)[:80]}.", param="operator")
+        return operator
+
+    def sign_in(self, token: str) -> SignedIn:
+        """A new console session for the operator whose sign-in token this is.
+
+        Refused with UnauthorizedError, always with the same message, for an unknown, malformed or
+        revoked token (whether an operator exists is not told). The sign-in is in the audit trail.
+        """
+        digest = _digest(token) if _plausible(token, OPERATOR_TOKEN_PREFIX) else None
+        secret = SESSION_SECRET_PREFIX + secrets.token_urlsafe(32)
+        with self._deps.store.transaction() as tx:
+            now = self._deps.clock.now()
+            operator = tx.operators.by_hash(digest) if digest is not None else None
+            if (
+                digest is None
+                or operator is None
+                or not hmac.compare_digest(operator.token_hash, digest)
+                or operator.revoked
+            ):
+                raise UnauthorizedError(SIGN_IN_REFUSED)
+            tx.sessions.purge(seen_before=now - SESSION_IDLE_MS, created_before=now - SESSION_MAX_MS)
+            session = StoredSession(
+                id=self._deps.refs.token("ses"),
+                operator_id=operator.id,
+                token_hash=_digest(secret),
+                created_at=now,
+                last_seen_at=now,
+            )
+            tx.sessions.put(session)
+            self._write(tx, operator.id, "operator.sign_in", operator.id, None, {"sessionId": session.id})
+        return SignedIn(session=_session(session, operator), secret=secret)
+
+    def session(self, secret: str) -> ConsoleSession:
+        """The live session whose secret this is (its use recorded), or UnauthorizedError when there is
+        none: unknown, signed out, unused for too long, too old, or its operator revoked."""
+        if not _plausible(secret, SESSION_SECRET_PREFIX):
+            raise UnauthorizedError("Sign in to the console.")
+        digest = _digest(secret)
+        with self._deps.store.read() as tx:
+            now = self._deps.clock.now()
+            found = tx.sessions.by_hash(digest)
+            operator = tx.operators.get(found.operator_id) if found is not None else None
+        if (
+            found is None
+            or operator is None
+            or not hmac.compare_digest(found.token_hash, digest)
+            or operator.revoked
+            or now - found.last_seen_at > SESSION_IDLE_MS
+            or now - found.created_at > SESSION_MAX_MS
+        ):
+            raise UnauthorizedError("Sign in to the console.")
+        if now - found.last_seen_at >= SESSION_TOUCH_MS:
+            found = attrs.evolve(found, last_seen_at=now)
+            with self._deps.store.transaction() as tx:
+                current = tx.sessions.by_hash(digest)
+                if current is None:  # signed out meanwhile
+                    raise UnauthorizedError("Sign in to the console.")
+                tx.sessions.put(attrs.evolve(current, last_seen_at=max(current.last_seen_at, now)))
+        return _session(found, operator)
+
+    def sign_out(self, secret: str) -> None:
+        """End the session whose secret this is (nothing happens for an unknown one)."""
+        if not _plausible(secret, SESSION_SECRET_PREFIX):
+            return
+        with self._deps.store.transaction() as tx:
+            found = tx.sessions.by_hash(_digest(secret))
+            if found is None:
+                return
+            tx.sessions.delete(found.id)
+            self._write(
+                tx, found.operator_id, "operator.sign_out", found.operator_id, {"sessionId": found.id}, None
+            )
+
+    # --- the audit trail -------------------------------------------------------------------------
+
+    def audit_log(
+        self,
+        *,
+        record: str | None = None,
+        limit: int = DEFAULT_LIMIT,
+        starting_after: str | None = None,
+    ) -> Page[AuditEntry]:
+        """The audit trail, newest first, ``limit`` (1 to 100) at a time; only the entries about
+        ``record`` (a payout reference, a merchant, key or operator id, ``platform``) when given.
+        ``starting_after`` is the id of the previous page's last entry."""
+        limit = check_limit(limit)
+        after = check_cursor(starting_after)
+        subject = check_text(record, "record", max_length=200)
+        with self._deps.store.read() as tx:
+            rows = tx.audit.page(limit=limit + 1, after=after, subject=subject)
+        if rows is None:
+            raise InvalidRequestError("starting_after is not an audit entry id.", param="starting_after")
+        return page_of(rows, limit, _entry)
+
 
 def _ceiling(value: int, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1 or value > 1_000_000:
@@ -310,3 +634,56 @@ def _limit_value(value: object, decimals: int, name: str) -> int | None:
     if isinstance(value, str):
         return parse_decimal_text(value, decimals, param=param)
     return parse_positive_minor(value, decimals, param=param)
+
+
+def _check_name(name: object) -> str:
+    if not isinstance(name, str) or not name.strip() or len(name) > 120 or not name.isprintable():
+        raise InvalidRequestError("A name of 1 to 120 printable characters is required.", param="name")
+    return name.strip()
+
+
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def _plausible(value: object, prefix: str) -> bool:
+    """Worth looking up: a string of the right form (a sign-in token, a session secret)."""
+    return isinstance(value, str) and value.startswith(prefix) and len(value) <= 200 and value.isascii()
+
+
+def _account(operator: StoredOperator) -> OperatorAccount:
+    return OperatorAccount(
+        id=operator.id, name=operator.name, revoked=operator.revoked, created_at=from_ms(operator.created_at)
+    )
+
+
+def _session(session: StoredSession, operator: StoredOperator) -> ConsoleSession:
+    return ConsoleSession(
+        id=session.id,
+        operator=_account(operator),
+        created_at=from_ms(session.created_at),
+        last_seen_at=from_ms(session.last_seen_at),
+        expires_at=from_ms(min(session.last_seen_at + SESSION_IDLE_MS, session.created_at + SESSION_MAX_MS)),
+        ends_at=from_ms(session.created_at + SESSION_MAX_MS),
+    )
+
+
+def _plain(state: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A stored state as plain JSON values, the same from every store (whole numbers as ``int``)."""
+    if state is None:
+        return None
+    value: dict[str, Any] = wire.loads(wire.dumps(state))
+    return value
+
+
+def _entry(entry: StoredAuditEntry) -> AuditEntry:
+    before, after = _plain(entry.state_before), _plain(entry.state_after)
+    return AuditEntry(
+        id=entry.id,
+        at=from_ms(entry.at),
+        actor=entry.actor,
+        action=entry.action,
+        record=entry.subject,
+        before=None if before is None else MappingProxyType(before),
+        after=None if after is None else MappingProxyType(after),
+    )

@@ -23,7 +23,10 @@ from paymentcore._money import apply_rate
 from paymentcore.catalogue import Catalogue
 
 __all__ = [
+    "AuditEntry",
     "Collection",
+    "ConsoleSession",
+    "CreatedOperator",
     "EventDelivery",
     "EventDeliveryStatus",
     "EventRecord",
@@ -31,9 +34,12 @@ __all__ = [
     "LedgerItem",
     "LedgerItemType",
     "MerchantBalance",
+    "OperatorAccount",
+    "OperatorPayout",
     "Page",
     "Payout",
     "PayoutAllowance",
+    "SignedIn",
     "WebhookRegistration",
     "WebhookSettings",
     "collection_from",
@@ -362,3 +368,77 @@ class EventRecord:
     attempts: int
     payload: Mapping[str, Any] = attrs.field(hash=False)
     deliveries: tuple[EventDelivery, ...]
+
+
+# --- the operator's side: operators, console sessions, the audit trail, the work queues ---------------
+
+
+@attrs.frozen
+class OperatorAccount:
+    """A person who may sign in to the console (never the sign-in token, which is shown once)."""
+
+    id: str
+    name: str
+    revoked: bool
+    created_at: datetime
+
+
+@attrs.frozen
+class CreatedOperator:
+    """A new operator and the sign-in token: shown here once and never stored (only its hash is)."""
+
+    operator: OperatorAccount
+    token: str
+
+
+@attrs.frozen
+class ConsoleSession:
+    """A signed-in console session. It ends at ``expires_at`` unless used before then (each use moves
+    it on), and in any case once ``ends_at`` has come, when the operator signs out, or is revoked."""
+
+    id: str
+    operator: OperatorAccount
+    created_at: datetime
+    last_seen_at: datetime
+    expires_at: datetime
+    ends_at: datetime
+
+
+@attrs.frozen
+class SignedIn:
+    """A new session and its secret (the console's cookie): shown here once, kept only as a hash."""
+
+    session: ConsoleSession
+    secret: str
+
+
+@attrs.frozen
+class AuditEntry:
+    """One operator action, as the audit trail recorded it with its effect.
+
+    ``actor`` is who acted: an operator id (``op_...``) for the console, ``cli:<os user>`` for the
+    command line, ``library`` (or what the caller named) for a library call. ``record`` is the record
+    acted on (a payout reference, a merchant, key or operator id, or ``platform``); ``before`` and
+    ``after`` its state around the action (``before`` is None when the action created it), read-only
+    JSON objects (amounts in the currency's units, as ``int`` or ``Decimal``).
+    """
+
+    id: str
+    at: datetime
+    actor: str
+    action: str
+    record: str
+    before: Mapping[str, Any] | None = attrs.field(hash=False)
+    after: Mapping[str, Any] | None = attrs.field(hash=False)
+
+
+@attrs.frozen
+class OperatorPayout:
+    """A payout in an operator's work queue: the merchant's record, whose it is, and whether its
+    reservation has been resolved (``resolution``: ``POSTED`` (paid), ``RELEASED`` (money back) or
+    None)."""
+
+    merchant_id: str
+    payout: Payout
+    resolution: str | None
+    updated_at: datetime

@@ -26,7 +26,9 @@ from typing import Any
 
 import attrs
 
+from paymentcore import _audit as audit
 from paymentcore import wire
+from paymentcore._audit import DEFAULT_ACTOR
 from paymentcore._deps import Deps, require_merchant
 from paymentcore._fields import required_text
 from paymentcore._idempotency import Idempotency, check_key, fingerprint
@@ -205,14 +207,24 @@ class Webhooks:
             events=endpoint.events,
         )
 
-    def reactivate(self, merchant_id: str) -> WebhookEndpoint:
-        """Operator action: clear auto-disable, keep the secret."""
+    def reactivate(self, merchant_id: str, *, actor: str = DEFAULT_ACTOR) -> WebhookEndpoint:
+        """Operator action: clear auto-disable, keep the secret. ``actor`` is who does it (audited)."""
+        actor = audit.check_actor(actor)
         with self._deps.store.transaction() as tx:
-            endpoint = tx.webhooks.get(merchant_id)
-            if endpoint is None:
+            before = tx.webhooks.get(merchant_id)
+            if before is None:
                 raise NotFoundError("No webhook endpoint is registered for this merchant.", param="merchant")
-            endpoint = attrs.evolve(endpoint, is_active=True, disabled_reason=None, consecutive_failures=0)
+            endpoint = attrs.evolve(before, is_active=True, disabled_reason=None, consecutive_failures=0)
             tx.webhooks.put(endpoint)
+            audit.write(
+                tx,
+                self._deps,
+                actor=actor,
+                action="webhook.reactivate",
+                subject=merchant_id,
+                before=audit.webhook_state(before),
+                after=audit.webhook_state(endpoint),
+            )
             return endpoint
 
     def secret_of(self, merchant_id: str) -> str:

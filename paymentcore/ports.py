@@ -17,6 +17,7 @@ from typing import Protocol
 
 import attrs
 
+from paymentcore._audit import StoredAuditEntry, StoredOperator, StoredSession
 from paymentcore._models import (
     ApiKey,
     Balance,
@@ -36,6 +37,7 @@ from paymentcore._models import (
 )
 
 __all__ = [
+    "AuditRepository",
     "Clock",
     "CollectionRepository",
     "CollectionRequest",
@@ -53,6 +55,7 @@ __all__ = [
     "Network",
     "NetworkError",
     "NetworkOutcome",
+    "OperatorRepository",
     "Outbox",
     "PayoutRepository",
     "PayoutRequest",
@@ -61,6 +64,7 @@ __all__ = [
     "References",
     "Resolver",
     "SecretBox",
+    "SessionRepository",
     "SettingsRepository",
     "Store",
     "StoreUnavailableError",
@@ -132,6 +136,10 @@ class KeyRepository(Protocol):
     def by_hash(self, key_hash: str) -> ApiKey | None: ...
     def put(self, key: ApiKey) -> None:
         """Insert or replace; a replaced hash no longer finds the key."""
+        ...
+
+    def list(self, merchant_id: str) -> list[ApiKey]:
+        """The merchant's keys, oldest first (ties: in the order written), revoked ones included."""
         ...
 
 
@@ -207,6 +215,22 @@ class PayoutRepository(Protocol):
         merchant_reference: str | None = None,
     ) -> list[Payout] | None:
         """At most ``limit`` of the merchant's payouts, newest first, after the payout ``after``."""
+        ...
+
+    def queue(
+        self,
+        *,
+        limit: int,
+        after: str | None = None,
+        merchant_id: str | None = None,
+        status: PayoutStatus | None = None,
+        awaiting_review: bool | None = None,
+        unresolved: bool | None = None,
+    ) -> builtins.list[Payout] | None:
+        """Every merchant's payouts as an operator's work queue: oldest first (by ``created_at``, ties in
+        the order written), after the payout ``after`` (None when ``after`` is no payout), at most
+        ``limit``; only those of ``merchant_id``, in ``status``, with that ``awaiting_review``, and
+        (``unresolved``) whose reservation is (not) yet resolved, when given."""
         ...
 
 
@@ -314,6 +338,56 @@ class DeliveryRepository(Protocol):
         ...
 
 
+class OperatorRepository(Protocol):
+    """The people who may sign in to the console (``paymentcore._audit.StoredOperator``)."""
+
+    def get(self, operator_id: str) -> StoredOperator | None: ...
+    def by_hash(self, token_hash: str) -> StoredOperator | None: ...
+    def put(self, operator: StoredOperator) -> None:
+        """Insert or replace."""
+        ...
+
+    def list(self) -> list[StoredOperator]:
+        """Every operator, oldest first (ties: in the order written)."""
+        ...
+
+
+class SessionRepository(Protocol):
+    """Signed-in console sessions, shared by every server process on the store."""
+
+    def by_hash(self, token_hash: str) -> StoredSession | None: ...
+    def put(self, session: StoredSession) -> None:
+        """Insert or replace."""
+        ...
+
+    def delete(self, session_id: str) -> None:
+        """Remove the session, if any."""
+        ...
+
+    def end_all(self, operator_id: str) -> int:
+        """Remove every session of the operator; how many went."""
+        ...
+
+    def purge(self, *, seen_before: int, created_before: int) -> int:
+        """Remove every session last seen before ``seen_before`` or created before ``created_before``."""
+        ...
+
+
+class AuditRepository(Protocol):
+    """The audit trail: append-only (the SQL stores refuse UPDATE and DELETE of it)."""
+
+    def add(self, entry: StoredAuditEntry) -> None:
+        """Append; raises if the id exists."""
+        ...
+
+    def page(
+        self, *, limit: int, after: str | None = None, subject: str | None = None
+    ) -> list[StoredAuditEntry] | None:
+        """At most ``limit`` entries, newest first (ties: the last written first), after the entry
+        ``after`` (None when ``after`` is no entry); only those about ``subject`` when given."""
+        ...
+
+
 class IdempotencyRepository(Protocol):
     def get(self, merchant_id: str, key: str) -> IdempotencyRecord | None: ...
     def put(self, record: IdempotencyRecord) -> None: ...
@@ -404,6 +478,12 @@ class UnitOfWork(Protocol):
     def leases(self) -> LeaseRepository: ...
     @property
     def rates(self) -> RateRepository: ...
+    @property
+    def operators(self) -> OperatorRepository: ...
+    @property
+    def sessions(self) -> SessionRepository: ...
+    @property
+    def audit(self) -> AuditRepository: ...
 
 
 #: The unit of work's former name, kept so existing imports and annotations keep working.

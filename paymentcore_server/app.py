@@ -12,15 +12,15 @@ import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import attrs
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from paymentcore import (
@@ -89,6 +89,7 @@ MAX_BODY = 1024 * 1024
 MAX_IDEMPOTENCY_KEY = 200
 UNAUTHORIZED_MESSAGE = "A valid API key is required: send Authorization: Bearer <API_KEY>."
 CACHE_HOUR = "public, max-age=3600"
+REQUEST_THREADS = 40  # requests served at once, as many as Starlette's default thread pool
 HEALTH_TIMEOUT = 0.8  # seconds: /healthz answers 503 rather than wait longer for the database
 log = logging.getLogger("paymentcore.server")
 
@@ -248,12 +249,15 @@ class Api:
     def __init__(self, core: PaymentCore) -> None:
         self.core = core
         self._health_pool: ThreadPoolExecutor | None = None
+        # the threads requests run on: a plain executor is a cheaper hop than anyio's thread pool
+        self._requests = ThreadPoolExecutor(REQUEST_THREADS, thread_name_prefix="paymentcore-request")
 
     def close(self) -> None:
         """Let go of the health check's threads (the app's lifespan calls it at shutdown)."""
         if self._health_pool is not None:
             self._health_pool.shutdown(wait=False, cancel_futures=True)
             self._health_pool = None
+        self._requests.shutdown(wait=True)
 
     # --- plumbing --------------------------------------------------------------------------------
 
@@ -309,17 +313,20 @@ class Api:
         async def handle(request: Request) -> Response:
             try:
                 raw = await read_body(request) if request.method in ("POST", "PUT") else b""
-                reply, state = await run_in_threadpool(
-                    self._serve,
-                    request.headers.get("authorization", ""),
-                    request.headers.get("idempotency-key"),
-                    raw,
-                    request.path_params,
-                    work,
-                    scope,
-                    transact,
-                    request.scope.setdefault("state", {}),
-                    query=tuple(request.query_params.multi_items()),
+                reply, state = await asyncio.get_running_loop().run_in_executor(
+                    self._requests,
+                    partial(
+                        self._serve,
+                        request.headers.get("authorization", ""),
+                        request.headers.get("idempotency-key"),
+                        raw,
+                        request.path_params,
+                        work,
+                        scope,
+                        transact,
+                        request.scope.setdefault("state", {}),
+                        query=tuple(request.query_params.multi_items()),
+                    ),
                 )
             except PaymentError as error:
                 return error_response(request, error)
@@ -651,14 +658,18 @@ def create_app(
     close_core: bool = False,
     metrics: Metrics | None = None,
     log_requests: bool = False,
+    console: bool = True,
 ) -> Starlette:
     """The ASGI app for ``core``. With ``run_worker`` the background work runs in this process.
 
     With ``metrics`` (``paymentcore_server.metrics.Metrics``) every request is counted and timed by route
     template; with ``log_requests`` every request writes one line on the ``paymentcore.http`` logger
-    (``paymentcore_server.observability``). Neither serves anything on the app's own port.
+    (``paymentcore_server.observability``). Neither serves anything on the app's own port. With
+    ``console`` (the default) the operator's console is served at ``/console``
+    (``paymentcore_server.console``), beside the API's routes rather than among them.
     """
     from paymentcore_server._routing import install_routing
+    from paymentcore_server.console import ConsoleDispatch, console_app, routes_with_console
     from paymentcore_server.page import page_routes
 
     api = Api(core)
@@ -682,6 +693,11 @@ def create_app(
         lifespan=lifespan,
     )
     install_routing(app)
+    routes: Sequence[BaseRoute] = app.router.routes
+    if console:  # inside RequestIdMiddleware: console answers carry X-Request-Id too
+        pages = console_app(core)
+        app.add_middleware(ConsoleDispatch, console=pages)
+        routes = routes_with_console(app, pages)
     app.add_middleware(RequestIdMiddleware)
     sinks: list[RequestSink] = []
     if metrics is not None:
@@ -689,5 +705,5 @@ def create_app(
     if log_requests:
         sinks.append(log_request)
     if sinks:  # outside RequestIdMiddleware: it sees the id and the final status, a crash's 500 too
-        app.add_middleware(RequestObserverMiddleware, routes=app.router.routes, sinks=sinks)
+        app.add_middleware(RequestObserverMiddleware, routes=routes, sinks=sinks)
     return app

@@ -8,8 +8,11 @@ object; a refused command prints a one-line reason on stderr, changes nothing an
 from __future__ import annotations
 
 import argparse
+import getpass
 import logging
+import os
 import signal
+import sqlite3
 import sys
 import threading
 from collections.abc import Sequence
@@ -17,12 +20,33 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from paymentcore import UNSET, ApiKey, Merchant, Observer, PaymentCore, Settings, wire
+from paymentcore import (
+    UNSET,
+    ApiKey,
+    AuditEntry,
+    Merchant,
+    Observer,
+    OperatorAccount,
+    OperatorPayout,
+    PaymentCore,
+    PayoutStatus,
+    Settings,
+)
 from paymentcore.catalogue import Catalogue
 from paymentcore.config import Config
-from paymentcore.errors import PaymentError
+from paymentcore.errors import NotFoundError, PaymentError
 from paymentcore.ports import StoreUnavailableError
-from paymentcore_server._wire import allowance_json, balance_json, iso_ms, payout_json, webhook_settings_json
+from paymentcore_server._console_text import human_lines, json_line, visible
+from paymentcore_server._migrate_to import add_migrate_parser, cmd_migrate_to
+from paymentcore_server._wire import (
+    allowance_json,
+    balance_json,
+    event_summary_json,
+    iso,
+    iso_ms,
+    payout_json,
+    webhook_settings_json,
+)
 from paymentcore_server.observability import LOG_FORMATS, configure_logging
 
 if TYPE_CHECKING:
@@ -33,7 +57,9 @@ __all__ = [
     "DEMO_NAME",
     "CliError",
     "OneLineParser",
+    "audit_entry_json",
     "build_parser",
+    "cli_actor",
     "cmd_serve",
     "cmd_worker",
     "describe_db",
@@ -43,8 +69,11 @@ __all__ = [
     "main",
     "merchant_json",
     "open_core",
+    "operator_json",
+    "operator_payout_json",
     "run_operator",
     "settings_json",
+    "webhook_show_json",
 ]
 
 DEFAULT_DB = "./paymentcore.db"
@@ -93,6 +122,80 @@ def settings_json(s: Settings) -> dict[str, Any]:
     }
 
 
+def operator_json(operator: OperatorAccount) -> dict[str, Any]:
+    """An operator (never the sign-in token, shown once by ``operator create``)."""
+    return {
+        "operatorId": operator.id,
+        "name": operator.name,
+        "revoked": operator.revoked,
+        "createdAt": iso(operator.created_at),
+    }
+
+
+def operator_payout_json(item: OperatorPayout) -> dict[str, Any]:
+    """A payout in an operator's list: whose it is, the payout record, and its resolution."""
+    return {
+        "merchantId": item.merchant_id,
+        **payout_json(item.payout),
+        "resolution": item.resolution,
+        "updatedAt": iso(item.updated_at),
+    }
+
+
+def audit_entry_json(entry: AuditEntry) -> dict[str, Any]:
+    return {
+        "id": entry.id,
+        "at": iso(entry.at),
+        "actor": entry.actor,
+        "action": entry.action,
+        "record": entry.record,
+        "before": None if entry.before is None else dict(entry.before),
+        "after": None if entry.after is None else dict(entry.after),
+    }
+
+
+RECENT_DELIVERIES = 10
+
+
+def webhook_show_json(core: PaymentCore, merchant_id: str, recent: int = RECENT_DELIVERIES) -> dict[str, Any]:
+    """A merchant's webhook endpoint and its most recent events, newest first, each with the outcome of
+    its latest delivery attempt (``lastAttempt``: None before the first)."""
+    core.operator.get_merchant(merchant_id)
+    try:
+        endpoint = core.webhooks.get(merchant_id)
+    except NotFoundError:
+        message = "No webhook endpoint is registered for this merchant."
+        raise NotFoundError(message, param="merchant") from None
+    recent_events = []
+    for summary in core.webhooks.events(merchant_id, limit=recent).data:
+        record = core.webhooks.event(merchant_id, summary.id)
+        last = record.deliveries[-1] if record.deliveries else None
+        recent_events.append(
+            {
+                **event_summary_json(summary),
+                "lastAttempt": None
+                if last is None
+                else {
+                    "at": iso(last.at),
+                    "responseStatus": last.response_status,
+                    "error": last.error,
+                    "durationMs": last.duration_ms,
+                },
+            }
+        )
+    return {"merchantId": merchant_id, **webhook_settings_json(endpoint), "recentDeliveries": recent_events}
+
+
+def cli_actor() -> str:
+    """Who acts from the command line, for the audit trail: ``cli:<os user>``."""
+    try:
+        user = getpass.getuser()
+    except (OSError, KeyError):  # no user name in the environment or the password database
+        user = f"uid{os.getuid()}" if hasattr(os, "getuid") else "unknown"
+    printable = "".join(char for char in user if char.isprintable() and not char.isspace())
+    return f"cli:{printable[:100] or 'unknown'}"
+
+
 # --- the parser ----------------------------------------------------------------------------------
 
 
@@ -123,6 +226,21 @@ def _observability_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--log-format", default="text", choices=list(LOG_FORMATS), help="text (default) or json lines"
     )
+
+
+def _limit(text: str) -> int:
+    try:
+        limit = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 1 <= limit <= 100:
+        raise argparse.ArgumentTypeError("--limit takes a whole number from 1 to 100")
+    return limit
+
+
+def _page_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--limit", type=_limit, default=100, help="at most this many (1 to 100, default 100)")
+    parser.add_argument("--starting-after", default=None, help="the last item of the previous page")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -205,9 +323,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for action in ("release", "reject", "resolve"):
         payout.add_parser(action, parents=[common]).add_argument("reference")
+    p_list = payout.add_parser("list", parents=[common], help="every merchant's payouts, oldest first")
+    p_list.add_argument("--status", choices=[status.value for status in PayoutStatus], default=None)
+    p_list.add_argument("--awaiting-review", action="store_true", help="only payouts held for review")
+    p_list.add_argument(
+        "--unresolved", action="store_true", help="only payouts whose reservation is not resolved yet"
+    )
+    p_list.add_argument("--merchant", default=None)
+    _page_flags(p_list)
 
     webhook = sub.add_parser("webhook", help="webhooks").add_subparsers(dest="action", required=True)
     webhook.add_parser("reactivate", parents=[common]).add_argument("merchant")
+    webhook.add_parser("show", parents=[common], help="the endpoint and its recent deliveries").add_argument(
+        "merchant"
+    )
+
+    operator = sub.add_parser("operator", help="operators of the console").add_subparsers(
+        dest="action", required=True
+    )
+    operator.add_parser("create", parents=[common], help="a new operator and its sign-in token").add_argument(
+        "name"
+    )
+    operator.add_parser("revoke", parents=[common]).add_argument("operator_id")
+    operator.add_parser("list", parents=[common])
+
+    audit = sub.add_parser("audit", parents=[common], help="operator actions, newest first")
+    audit.add_argument("--record", default=None, help="only the entries about this record")
+    _page_flags(audit)
 
     platform = sub.add_parser("platform", help="platform switches").add_subparsers(
         dest="action", required=True
@@ -233,6 +375,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     balance = sub.add_parser("balance", parents=[common], help="balances of a merchant")
     balance.add_argument("merchant")
+
+    add_migrate_parser(sub, common)  # migrate-to URL: this SQLite database into PostgreSQL
     return parser
 
 
@@ -299,13 +443,17 @@ def _server_config(args: argparse.Namespace) -> dict[str, Any]:
     return changes
 
 
-def ensure_demo(core: PaymentCore) -> dict[str, str] | None:
-    """Create the demo merchant and its two keys once; returns what to print (None if it existed)."""
+def ensure_demo(core: PaymentCore, *, actor: str | None = None) -> dict[str, str] | None:
+    """Create the demo merchant and its two keys once; returns what to print (None if it existed).
+
+    ``actor`` is who creates them in the audit trail (default: this command line's ``cli:<os user>``).
+    """
     if any(m.name == DEMO_NAME for m in core.operator.list_merchants()):
         return None
-    merchant = core.operator.create_merchant(DEMO_NAME, settlement_currency="XAF")
-    collect = core.operator.create_key(merchant.id, ["collect"])
-    disburse = core.operator.create_key(merchant.id, ["disburse"])
+    actor = actor if actor is not None else cli_actor()
+    merchant = core.operator.create_merchant(DEMO_NAME, settlement_currency="XAF", actor=actor)
+    collect = core.operator.create_key(merchant.id, ["collect"], actor=actor)
+    disburse = core.operator.create_key(merchant.id, ["disburse"], actor=actor)
     return {
         "merchantId": merchant.id,
         "collectKey": collect.api_key,
@@ -395,27 +543,33 @@ def _money_flag(value: str | None) -> object:
     return UNSET if value is None else value
 
 
-def run_operator(args: argparse.Namespace, core: PaymentCore) -> dict[str, Any]:
+def run_operator(args: argparse.Namespace, core: PaymentCore, *, actor: str | None = None) -> dict[str, Any]:
+    """Run one operator command; every action is recorded in the audit trail as ``actor`` (default
+    :func:`cli_actor`, ``cli:<os user>``)."""
     op = core.operator
+    who = actor if actor is not None else cli_actor()
     command, action = args.command, getattr(args, "action", None)
     if command == "merchant":
         if action == "create":
             created = op.create_merchant(
-                args.name, settlement_currency=args.settlement_currency, approved=not args.not_approved
+                args.name,
+                settlement_currency=args.settlement_currency,
+                approved=not args.not_approved,
+                actor=who,
             )
             return merchant_json(created)
         if action == "approve":
-            return merchant_json(op.approve_merchant(args.merchant))
+            return merchant_json(op.approve_merchant(args.merchant, actor=who))
         if action == "suspend":
-            return merchant_json(op.suspend_merchant(args.merchant))
+            return merchant_json(op.suspend_merchant(args.merchant, actor=who))
         if action == "payouts":
-            return merchant_json(op.set_merchant_payouts(args.merchant, args.switch == "enable"))
+            return merchant_json(op.set_merchant_payouts(args.merchant, args.switch == "enable", actor=who))
         if action == "fee":
-            return merchant_json(op.set_collect_fee(args.merchant, args.collect_percent))
+            return merchant_json(op.set_collect_fee(args.merchant, args.collect_percent, actor=who))
     if command == "key":
         if action == "create":
             created_key = op.create_key(
-                args.merchant, args.scope, per_minute=args.per_minute, per_hour=args.per_hour
+                args.merchant, args.scope, per_minute=args.per_minute, per_hour=args.per_hour, actor=who
             )
             return {
                 "keyId": created_key.key.id,
@@ -424,10 +578,10 @@ def run_operator(args: argparse.Namespace, core: PaymentCore) -> dict[str, Any]:
                 "merchantId": created_key.key.merchant_id,
             }
         if action == "revoke":
-            return key_json(op.revoke_key(args.key_id))
+            return key_json(op.revoke_key(args.key_id, actor=who))
         if action == "rate-limit":
             return key_json(
-                op.set_rate_limit(args.key_id, per_minute=args.per_minute, per_hour=args.per_hour)
+                op.set_rate_limit(args.key_id, per_minute=args.per_minute, per_hour=args.per_hour, actor=who)
             )
     if command == "limits":
         op.set_limits(
@@ -437,28 +591,41 @@ def run_operator(args: argparse.Namespace, core: PaymentCore) -> dict[str, Any]:
             per_day=_money_flag(args.per_day),
             per_week=_money_flag(args.per_week),
             review_threshold=_money_flag(args.review_threshold),
+            actor=who,
         )
         return allowance_json(core.disburse.limits(args.merchant, args.currency))
     if command == "payout":
+        if action == "list":
+            page = op.payouts(
+                status=args.status,
+                awaiting_review=True if args.awaiting_review else None,
+                unresolved=True if args.unresolved else None,
+                merchant_id=args.merchant,
+                limit=args.limit,
+                starting_after=args.starting_after,
+            )
+            return {"data": [operator_payout_json(item) for item in page.data], "hasMore": page.has_more}
         handler = {
             "release": core.disburse.release,
             "reject": core.disburse.reject,
             "resolve": core.disburse.resolve,
         }
-        payout = handler[str(action)](args.reference)
+        payout = handler[str(action)](args.reference, actor=who)
         return payout_json(payout)
     if command == "webhook":
-        core.webhooks.reactivate(args.merchant)
+        if action == "show":
+            return webhook_show_json(core, args.merchant)
+        core.webhooks.reactivate(args.merchant, actor=who)
         return {"merchantId": args.merchant, **webhook_settings_json(core.webhooks.get(args.merchant))}
     if command == "platform":
         enabled = args.switch == "enable"
         if action == "payouts":
-            return settings_json(op.set_platform_payouts(enabled))
-        return settings_json(op.set_platform_api(enabled))
+            return settings_json(op.set_platform_payouts(enabled, actor=who))
+        return settings_json(op.set_platform_api(enabled, actor=who))
     if command == "currency":
-        return settings_json(op.set_currency_payouts(args.currency, args.switch == "open"))
+        return settings_json(op.set_currency_payouts(args.currency, args.switch == "open", actor=who))
     if command == "provider":
-        merchant = op.block_provider(args.merchant, args.provider, blocked=action == "block")
+        merchant = op.block_provider(args.merchant, args.provider, blocked=action == "block", actor=who)
         provider = core.catalogue.providers[args.provider]
         blocked = provider.code in merchant.blocked_providers
         return {
@@ -471,17 +638,24 @@ def run_operator(args: argparse.Namespace, core: PaymentCore) -> dict[str, Any]:
     if command == "balance":
         balances = [balance_json(balance) for balance in op.balances(args.merchant)]
         return {"merchantId": args.merchant, "balances": balances}
+    if command == "operator":
+        if action == "create":
+            created_operator = op.create_operator(args.name, actor=who)
+            return {"operatorId": created_operator.operator.id, "token": created_operator.token}
+        if action == "revoke":
+            return operator_json(op.revoke_operator(args.operator_id, actor=who))
+        if action == "list":
+            return {"operators": [operator_json(operator) for operator in op.operators()]}
+    if command == "audit":
+        entries = op.audit_log(record=args.record, limit=args.limit, starting_after=args.starting_after)
+        return {"data": [audit_entry_json(entry) for entry in entries.data], "hasMore": entries.has_more}
     raise CliError(f"unknown command {command} {action or ''}".strip())
 
 
 def _print_human(result: dict[str, Any]) -> None:
-    for key, value in result.items():
-        if isinstance(value, list) and value and isinstance(value[0], dict):
-            print(f"{key}:")
-            for item in value:
-                print("  " + "  ".join(f"{k}={v}" for k, v in item.items()))
-        else:
-            print(f"{key}: {value}")
+    """``key: value`` lines, every merchant-supplied string made visible (control characters escaped)."""
+    for line in human_lines(result):
+        print(line)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -492,19 +666,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_serve(args)
         if args.command == "worker":
             return cmd_worker(args)
+        if args.command == "migrate-to":
+            return cmd_migrate_to(args)
         core = open_core(args)
         try:
             result = run_operator(args, core)
         finally:
             core.close()
     except PaymentError as error:
-        print(f"error: {error.code}: {error.message}", file=sys.stderr)
+        print(f"error: {error.code}: {visible(error.message)}", file=sys.stderr)
         return 1
     except (CliError, ValueError, OSError, StoreUnavailableError) as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {visible(str(error))}", file=sys.stderr)
+        return 1
+    except sqlite3.Error as error:  # e.g. a write to a read-only database file
+        problem = f"cannot use the SQLite database {args.db}: {error}"
+        print(f"error: {visible(problem)}", file=sys.stderr)
         return 1
     if args.json:
-        print(wire.dumps(result))
+        print(json_line(result))
     else:
         _print_human(result)
     return 0

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import attrs
 
+from paymentcore._audit import StoredAuditEntry, StoredOperator, StoredSession
 from paymentcore._models import (
     ApiKey,
     Balance,
@@ -187,6 +188,10 @@ class _Keys(_Repository):
         self._t.put("keys", key.id, key)
         self._t.put("key_hashes", key.key_hash, key.id)
 
+    def list(self, merchant_id: str) -> builtins.list[ApiKey]:
+        keys = [k for k in self._t.in_order("keys") if k.merchant_id == merchant_id]
+        return sorted(keys, key=lambda k: k.created_at)  # stable: in the order written
+
 
 class _Limits(_Repository):
     def get(self, merchant_id: str, currency: str) -> PayoutLimits | None:
@@ -293,6 +298,34 @@ class _Payouts(_Repository):
             and (merchant_reference is None or p.merchant_reference == merchant_reference),
             limit=limit,
         )
+
+    def queue(
+        self,
+        *,
+        limit: int,
+        after: str | None = None,
+        merchant_id: str | None = None,
+        status: PayoutStatus | None = None,
+        awaiting_review: bool | None = None,
+        unresolved: bool | None = None,
+    ) -> builtins.list[Payout] | None:
+        numbered = sorted(enumerate(self._t.in_order("payouts")), key=lambda p: (p[1].created_at, p[0]))
+        ordered = [payout for _, payout in numbered]
+        if after is not None:
+            place = next((i for i, p in enumerate(ordered) if p.reference == after), None)
+            if place is None:
+                return None
+            ordered = ordered[place + 1 :]
+
+        def keep(p: Payout) -> bool:
+            return (
+                (merchant_id is None or p.merchant_id == merchant_id)
+                and (status is None or p.status is status)
+                and (awaiting_review is None or p.awaiting_review is awaiting_review)
+                and (unresolved is None or (p.resolution is None) is unresolved)
+            )
+
+        return [p for p in ordered if keep(p)][:limit]
 
 
 # --- the ledger ------------------------------------------------------------------------------------
@@ -495,8 +528,85 @@ class _Rates(_Repository):
         return gone
 
 
+# --- operators, console sessions, the audit trail ---------------------------------------------------
+
+
+class _Operators(_Repository):
+    def get(self, operator_id: str) -> StoredOperator | None:
+        operator: StoredOperator | None = self._t.get("operators", operator_id)
+        return operator
+
+    def by_hash(self, token_hash: str) -> StoredOperator | None:
+        operator_id = self._t.get("operator_hashes", token_hash)
+        return None if operator_id is None else self.get(operator_id)
+
+    def put(self, operator: StoredOperator) -> None:
+        old = self.get(operator.id)
+        if old is not None and old.token_hash != operator.token_hash:
+            self._t.delete("operator_hashes", old.token_hash)
+        self._t.put("operators", operator.id, operator)
+        self._t.put("operator_hashes", operator.token_hash, operator.id)
+
+    def list(self) -> builtins.list[StoredOperator]:
+        return sorted(self._t.in_order("operators"), key=lambda o: o.created_at)
+
+
+class _Sessions(_Repository):
+    def by_hash(self, token_hash: str) -> StoredSession | None:
+        session: StoredSession | None = self._t.get("sessions", token_hash)
+        return session
+
+    def put(self, session: StoredSession) -> None:
+        for key, old in builtins.list(self._t.items("sessions")):
+            if old.id == session.id and key != session.token_hash:
+                self._t.delete("sessions", key)
+        self._t.put("sessions", session.token_hash, session)
+
+    def _drop(self, keep: Callable[[StoredSession], bool]) -> int:
+        gone = [key for key, session in self._t.items("sessions") if not keep(session)]
+        for key in gone:
+            self._t.delete("sessions", key)
+        return len(gone)
+
+    def delete(self, session_id: str) -> None:
+        self._drop(lambda s: s.id != session_id)
+
+    def end_all(self, operator_id: str) -> int:
+        return self._drop(lambda s: s.operator_id != operator_id)
+
+    def purge(self, *, seen_before: int, created_before: int) -> int:
+        return self._drop(lambda s: s.last_seen_at >= seen_before and s.created_at >= created_before)
+
+
+class _Audit(_Repository):
+    """Append-only: there is no way to change or remove an entry."""
+
+    def add(self, entry: StoredAuditEntry) -> None:
+        self._t.insert(
+            "audit",
+            entry.id,
+            attrs.evolve(
+                entry,
+                state_before=copy.deepcopy(entry.state_before),
+                state_after=copy.deepcopy(entry.state_after),
+            ),
+        )
+
+    def page(
+        self, *, limit: int, after: str | None = None, subject: str | None = None
+    ) -> builtins.list[StoredAuditEntry] | None:
+        return _page(
+            self._t.in_order("audit"),
+            key=lambda e: e.id,
+            created_at=lambda e: e.at,
+            after=after,
+            keep=lambda e: subject is None or e.subject == subject,
+            limit=limit,
+        )
+
+
 class MemoryTransaction:
-    """One unit of work over the store's tables: the ten repositories of ``ports.UnitOfWork``."""
+    """One unit of work over the store's tables: the repositories of ``ports.UnitOfWork``."""
 
     def __init__(self, tables: dict[str, dict[Any, Any]], *, writable: bool) -> None:
         self._tables = _Tables(tables, writable=writable)
@@ -513,6 +623,9 @@ class MemoryTransaction:
         self.idempotency = _Idempotency(self._tables)
         self.leases = _Leases(self._tables)
         self.rates = _Rates(self._tables)
+        self.operators = _Operators(self._tables)
+        self.sessions = _Sessions(self._tables)
+        self.audit = _Audit(self._tables)
 
     def commit(self) -> None:
         self._tables.commit()

@@ -41,6 +41,7 @@ import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from paymentcore import wire
+from paymentcore._audit import StoredAuditEntry, StoredOperator, StoredSession
 from paymentcore._models import (
     ApiKey,
     Balance,
@@ -345,6 +346,52 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX collections_by_merchant ON collections (merchant_id, created_at);
     """
     ),
+    # 6: the operator's console (issue 18): operators who sign in, their sessions (shared by every
+    # server process), and the audit trail of operator actions, append-only like the ledger; the
+    # indexes of the work queues (payouts by status, oldest first) and of a merchant's keys
+    _text(
+        """
+    CREATE TABLE operators (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        token_hash TEXT NOT NULL UNIQUE,
+        revoked BOOLEAN NOT NULL,
+        created_at BIGINT NOT NULL,
+        seq BIGINT GENERATED ALWAYS AS IDENTITY
+    );
+    CREATE TABLE console_sessions (
+        id TEXT PRIMARY KEY,
+        operator_id TEXT NOT NULL,
+        token_hash TEXT NOT NULL UNIQUE,
+        created_at BIGINT NOT NULL,
+        last_seen_at BIGINT NOT NULL
+    );
+    CREATE INDEX console_sessions_by_operator ON console_sessions (operator_id);
+    CREATE TABLE audit_log (
+        id TEXT PRIMARY KEY,
+        at BIGINT NOT NULL,
+        actor TEXT NOT NULL,
+        action TEXT NOT NULL,
+        subject TEXT NOT NULL,
+        state_before TEXT,
+        state_after TEXT,
+        seq BIGINT GENERATED ALWAYS AS IDENTITY
+    );
+    CREATE INDEX audit_by_time ON audit_log (at);
+    CREATE INDEX audit_by_subject ON audit_log (subject, at);
+    CREATE FUNCTION audit_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        RAISE EXCEPTION 'the audit trail is append-only';
+    END $$;
+    CREATE TRIGGER audit_append_only BEFORE UPDATE OR DELETE ON audit_log
+        FOR EACH ROW EXECUTE FUNCTION audit_append_only();
+    CREATE TRIGGER audit_append_only_truncate BEFORE TRUNCATE ON audit_log
+        FOR EACH STATEMENT EXECUTE FUNCTION audit_append_only();
+    CREATE INDEX payouts_queue ON payouts (status, created_at);
+    ALTER TABLE api_keys ADD COLUMN seq BIGINT GENERATED ALWAYS AS IDENTITY;
+    CREATE INDEX api_keys_by_merchant ON api_keys (merchant_id, created_at);
+    """
+    ),
 )
 
 _SPENT = sql_in("status", SPENT_STATUSES)
@@ -467,6 +514,9 @@ _WEBHOOKS = _Codec.of(WebhookEndpoint, "webhooks", ("merchant_id",))
 _EVENTS = _Codec.of(Event, "events", ("id",))
 _IDEMPOTENCY = _Codec.of(IdempotencyRecord, "idempotency", ("merchant_id", "key"))
 _DELIVERIES = _Codec.of(Delivery, "deliveries", ("id",))
+_OPERATORS = _Codec.of(StoredOperator, "operators", ("id",))
+_SESSIONS = _Codec.of(StoredSession, "console_sessions", ("id",))
+_AUDIT = _Codec.of(StoredAuditEntry, "audit_log", ("id",))
 _BALANCE_COLUMNS = "merchant_id, currency, available, reserved, paid_out, credited"
 
 
@@ -603,6 +653,11 @@ class _Keys(_Repository):
     def put(self, key: ApiKey) -> None:
         self._rows.upsert(_KEYS, key)
 
+    def list(self, merchant_id: str) -> builtins.list[ApiKey]:
+        return self._rows.many(
+            _KEYS, "WHERE merchant_id = %s ORDER BY created_at, seq", (merchant_id,)
+        )
+
 
 class _Limits(_Repository):
     def get(self, merchant_id: str, currency: str) -> PayoutLimits | None:
@@ -736,6 +791,41 @@ class _Payouts(_Repository):
             filters=_record_filters(status, merchant_reference),
             limit=limit,
         )
+
+
+    def queue(
+        self,
+        *,
+        limit: int,
+        after: str | None = None,
+        merchant_id: str | None = None,
+        status: PayoutStatus | None = None,
+        awaiting_review: bool | None = None,
+        unresolved: bool | None = None,
+    ) -> builtins.list[Payout] | None:
+        where: builtins.list[str] = []
+        params: builtins.list[Any] = []
+        if after is not None:
+            place = self._rows.locked(
+                "SELECT created_at, seq FROM payouts WHERE reference = %s", (after,)
+            ).fetchone()
+            if place is None:
+                return None
+            where.append("(created_at, seq) > (%s, %s)")
+            params.extend(place)
+        if merchant_id is not None:
+            where.append("merchant_id = %s")
+            params.append(merchant_id)
+        if status is not None:
+            where.append("status = %s")
+            params.append(status.value)
+        if awaiting_review is not None:
+            where.append("awaiting_review = %s")
+            params.append(awaiting_review)
+        if unresolved is not None:
+            where.append("resolution IS NULL" if unresolved else "resolution IS NOT NULL")
+        condition = f"WHERE {' AND '.join(where)} " if where else ""
+        return self._rows.many(_PAYOUTS, f"{condition}ORDER BY created_at, seq LIMIT %s", (*params, limit))
 
 
 def _record_filters(
@@ -980,6 +1070,72 @@ class _Rates(_Repository):
         return self._rows.unlocked("DELETE FROM rate_counts WHERE start < %s", (before,)).rowcount
 
 
+# --- operators, console sessions, the audit trail ---------------------------------------------------
+
+
+class _Operators(_Repository):
+    def get(self, operator_id: str) -> StoredOperator | None:
+        operator: StoredOperator | None = self._rows.one(_OPERATORS, "id = %s", (operator_id,))
+        return operator
+
+    def by_hash(self, token_hash: str) -> StoredOperator | None:
+        operator: StoredOperator | None = self._rows.one(_OPERATORS, "token_hash = %s", (token_hash,))
+        return operator
+
+    def put(self, operator: StoredOperator) -> None:
+        self._rows.upsert(_OPERATORS, operator)
+
+    def list(self) -> builtins.list[StoredOperator]:
+        return self._rows.many(_OPERATORS, "ORDER BY created_at, seq", ())
+
+
+class _Sessions(_Repository):
+    def by_hash(self, token_hash: str) -> StoredSession | None:
+        session: StoredSession | None = self._rows.one(_SESSIONS, "token_hash = %s", (token_hash,))
+        return session
+
+    def put(self, session: StoredSession) -> None:
+        self._rows.upsert(_SESSIONS, session)
+
+    def delete(self, session_id: str) -> None:
+        self._rows.write("DELETE FROM console_sessions WHERE id = %s", (session_id,))
+
+    def end_all(self, operator_id: str) -> int:
+        return self._rows.write(
+            "DELETE FROM console_sessions WHERE operator_id = %s", (operator_id,)
+        ).rowcount
+
+    def purge(self, *, seen_before: int, created_before: int) -> int:
+        return self._rows.write(
+            "DELETE FROM console_sessions WHERE last_seen_at < %s OR created_at < %s",
+            (seen_before, created_before),
+        ).rowcount
+
+
+class _Audit(_Repository):
+    """Append-only: triggers of migration 6 refuse UPDATE, DELETE and TRUNCATE of ``audit_log``."""
+
+    def add(self, entry: StoredAuditEntry) -> None:
+        self._rows.insert(_AUDIT, entry)
+
+    def page(
+        self, *, limit: int, after: str | None = None, subject: str | None = None
+    ) -> builtins.list[StoredAuditEntry] | None:
+        where: builtins.list[str] = []
+        params: builtins.list[Any] = []
+        if after is not None:
+            place = self._rows.locked("SELECT at, seq FROM audit_log WHERE id = %s", (after,)).fetchone()
+            if place is None:
+                return None
+            where.append("(at, seq) < (%s, %s)")
+            params.extend(place)
+        if subject is not None:
+            where.append("subject = %s")
+            params.append(subject)
+        condition = f"WHERE {' AND '.join(where)} " if where else ""
+        return self._rows.many(_AUDIT, f"{condition}ORDER BY at DESC, seq DESC LIMIT %s", (*params, limit))
+
+
 class PostgresTransaction:
     """One unit of work on one pooled connection: the repositories of ``ports.UnitOfWork``."""
 
@@ -1000,6 +1156,9 @@ class PostgresTransaction:
         self.idempotency = _Idempotency(rows)
         self.leases = _Leases(rows)
         self.rates = _Rates(rows, rate_namespace)
+        self.operators = _Operators(rows)
+        self.sessions = _Sessions(rows)
+        self.audit = _Audit(rows)
 
 
 class PostgresStore:

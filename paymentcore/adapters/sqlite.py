@@ -31,6 +31,7 @@ import attrs
 import sqlite_utils
 
 from paymentcore import wire
+from paymentcore._audit import StoredAuditEntry, StoredOperator, StoredSession
 from paymentcore._models import (
     ApiKey,
     Balance,
@@ -344,6 +345,43 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX payouts_by_merchant ON payouts (merchant_id, created_at);
     CREATE INDEX collections_by_merchant ON collections (merchant_id, created_at);
     """,
+    # 6: the operator's console (issue 18): operators who sign in, their sessions (shared by every
+    # server process), and the audit trail of operator actions, append-only like the ledger; the
+    # indexes of the work queues (payouts by status, oldest first) and of a merchant's keys
+    """
+    CREATE TABLE operators (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        token_hash TEXT NOT NULL UNIQUE,
+        revoked INTEGER NOT NULL,
+        created_at INTEGER NOT NULL
+    );
+    CREATE TABLE console_sessions (
+        id TEXT PRIMARY KEY,
+        operator_id TEXT NOT NULL,
+        token_hash TEXT NOT NULL UNIQUE,
+        created_at INTEGER NOT NULL,
+        last_seen_at INTEGER NOT NULL
+    );
+    CREATE INDEX console_sessions_by_operator ON console_sessions (operator_id);
+    CREATE TABLE audit_log (
+        id TEXT PRIMARY KEY,
+        at INTEGER NOT NULL,
+        actor TEXT NOT NULL,
+        action TEXT NOT NULL,
+        subject TEXT NOT NULL,
+        state_before TEXT,
+        state_after TEXT
+    );
+    CREATE INDEX audit_by_time ON audit_log (at);
+    CREATE INDEX audit_by_subject ON audit_log (subject, at);
+    CREATE TRIGGER audit_append_only_update BEFORE UPDATE ON audit_log
+        BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END;
+    CREATE TRIGGER audit_append_only_delete BEFORE DELETE ON audit_log
+        BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END;
+    CREATE INDEX payouts_queue ON payouts (status, created_at);
+    CREATE INDEX api_keys_by_merchant ON api_keys (merchant_id, created_at);
+    """,
 )
 
 
@@ -449,6 +487,9 @@ _WEBHOOKS = _Codec.of(WebhookEndpoint, "webhooks", ("merchant_id",))
 _EVENTS = _Codec.of(Event, "events", ("id",))
 _IDEMPOTENCY = _Codec.of(IdempotencyRecord, "idempotency", ("merchant_id", "key"))
 _DELIVERIES = _Codec.of(Delivery, "deliveries", ("id",))
+_OPERATORS = _Codec.of(StoredOperator, "operators", ("id",))
+_SESSIONS = _Codec.of(StoredSession, "console_sessions", ("id",))
+_AUDIT = _Codec.of(StoredAuditEntry, "audit_log", ("id",))
 
 
 class _Rows:
@@ -559,6 +600,9 @@ class _Keys(_Repository):
 
     def put(self, key: ApiKey) -> None:
         self._rows.upsert(_KEYS, key)
+
+    def list(self, merchant_id: str) -> builtins.list[ApiKey]:
+        return self._rows.many(_KEYS, "WHERE merchant_id = ? ORDER BY created_at, rowid", (merchant_id,))
 
 
 class _Limits(_Repository):
@@ -693,6 +737,41 @@ class _Payouts(_Repository):
             filters=_record_filters(status, merchant_reference),
             limit=limit,
         )
+
+
+    def queue(
+        self,
+        *,
+        limit: int,
+        after: str | None = None,
+        merchant_id: str | None = None,
+        status: PayoutStatus | None = None,
+        awaiting_review: bool | None = None,
+        unresolved: bool | None = None,
+    ) -> builtins.list[Payout] | None:
+        where: builtins.list[str] = []
+        params: builtins.list[Any] = []
+        if after is not None:
+            place = self._rows.conn.execute(
+                "SELECT created_at, rowid FROM payouts WHERE reference = ?", (after,)
+            ).fetchone()
+            if place is None:
+                return None
+            where.append("(created_at, rowid) > (?, ?)")
+            params.extend(place)
+        if merchant_id is not None:
+            where.append("merchant_id = ?")
+            params.append(merchant_id)
+        if status is not None:
+            where.append("status = ?")
+            params.append(status.value)
+        if awaiting_review is not None:
+            where.append("awaiting_review = ?")
+            params.append(int(awaiting_review))
+        if unresolved is not None:
+            where.append("resolution IS NULL" if unresolved else "resolution IS NOT NULL")
+        condition = f"WHERE {' AND '.join(where)} " if where else ""
+        return self._rows.many(_PAYOUTS, f"{condition}ORDER BY created_at, rowid LIMIT ?", (*params, limit))
 
 
 def _record_filters(
@@ -915,6 +994,74 @@ class _Rates(_Repository):
         return self._rows.conn.execute("DELETE FROM rate_counts WHERE start < ?", (before,)).rowcount
 
 
+# --- operators, console sessions, the audit trail ---------------------------------------------------
+
+
+class _Operators(_Repository):
+    def get(self, operator_id: str) -> StoredOperator | None:
+        operator: StoredOperator | None = self._rows.one(_OPERATORS, "id = ?", (operator_id,))
+        return operator
+
+    def by_hash(self, token_hash: str) -> StoredOperator | None:
+        operator: StoredOperator | None = self._rows.one(_OPERATORS, "token_hash = ?", (token_hash,))
+        return operator
+
+    def put(self, operator: StoredOperator) -> None:
+        self._rows.upsert(_OPERATORS, operator)
+
+    def list(self) -> builtins.list[StoredOperator]:
+        return self._rows.many(_OPERATORS, "ORDER BY created_at, rowid", ())
+
+
+class _Sessions(_Repository):
+    def by_hash(self, token_hash: str) -> StoredSession | None:
+        session: StoredSession | None = self._rows.one(_SESSIONS, "token_hash = ?", (token_hash,))
+        return session
+
+    def put(self, session: StoredSession) -> None:
+        self._rows.upsert(_SESSIONS, session)
+
+    def delete(self, session_id: str) -> None:
+        self._rows.conn.execute("DELETE FROM console_sessions WHERE id = ?", (session_id,))
+
+    def end_all(self, operator_id: str) -> int:
+        return self._rows.conn.execute(
+            "DELETE FROM console_sessions WHERE operator_id = ?", (operator_id,)
+        ).rowcount
+
+    def purge(self, *, seen_before: int, created_before: int) -> int:
+        return self._rows.conn.execute(
+            "DELETE FROM console_sessions WHERE last_seen_at < ? OR created_at < ?",
+            (seen_before, created_before),
+        ).rowcount
+
+
+class _Audit(_Repository):
+    """Append-only: triggers of migration 6 refuse UPDATE and DELETE of ``audit_log``."""
+
+    def add(self, entry: StoredAuditEntry) -> None:
+        self._rows.insert(_AUDIT, entry)
+
+    def page(
+        self, *, limit: int, after: str | None = None, subject: str | None = None
+    ) -> builtins.list[StoredAuditEntry] | None:
+        where: builtins.list[str] = []
+        params: builtins.list[Any] = []
+        if after is not None:
+            place = self._rows.conn.execute(
+                "SELECT at, rowid FROM audit_log WHERE id = ?", (after,)
+            ).fetchone()
+            if place is None:
+                return None
+            where.append("(at, rowid) < (?, ?)")
+            params.extend(place)
+        if subject is not None:
+            where.append("subject = ?")
+            params.append(subject)
+        condition = f"WHERE {' AND '.join(where)} " if where else ""
+        return self._rows.many(_AUDIT, f"{condition}ORDER BY at DESC, rowid DESC LIMIT ?", (*params, limit))
+
+
 class SqliteTransaction:
     """One unit of work on one connection: the repositories of ``ports.UnitOfWork``."""
 
@@ -933,6 +1080,9 @@ class SqliteTransaction:
         self.idempotency = _Idempotency(rows)
         self.leases = _Leases(rows)
         self.rates = _Rates(rows)
+        self.operators = _Operators(rows)
+        self.sessions = _Sessions(rows)
+        self.audit = _Audit(rows)
 
 
 class SqliteStore:

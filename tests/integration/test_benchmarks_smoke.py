@@ -3,11 +3,16 @@
 Only the gate is asserted (no unexpected non-2xx, every accepted payout stored once, balances conserved),
 never a speed figure: CI runs on whatever machine it gets. wrk is used when installed; the second test
 forces the Python load generator so the fallback keeps working on machines that have wrk.
+
+With a PostgreSQL server (``$PAYMENTCORE_BENCH_POSTGRES_URL`` or ``$PAYMENTCORE_TEST_POSTGRES_URL``, as
+CI sets) the quick run also loads the server on PostgreSQL and two server processes on one PostgreSQL
+database, and their gate is asserted too; without one, the run says it skipped those rounds.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +24,11 @@ ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "benchmarks" / "run.py"
 
 pytestmark = pytest.mark.slow
+POSTGRES = any(
+    os.environ.get(name, "").strip()
+    for name in ("PAYMENTCORE_BENCH_POSTGRES_URL", "PAYMENTCORE_TEST_POSTGRES_URL")
+)
+SPLIT_KINDS = {"disburse", "charge", "getref", "replay"}
 
 
 def run_quick(tmp_path: Path, *extra: str) -> dict[str, Any]:
@@ -31,7 +41,7 @@ def run_quick(tmp_path: Path, *extra: str) -> dict[str, Any]:
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=180,
         check=False,
     )
     assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout[-6000:]}\n{done.stderr[-6000:]}"
@@ -52,6 +62,30 @@ def test_quick_run_passes_its_gate(tmp_path: Path) -> None:
     assert {"http", "inprocess", "growth", "memory"} <= report.keys()
     assert any(row["target"] == "disburse-FULL" for row in report["http"]["summary"])
     assert report["targets"]  # evaluated and reported, whatever they say
+    check_postgres_rounds(report)
+    table = "| endpoint | c | 1 process req/s | p99 ms | 2 processes req/s | p99 ms | x one |"
+    assert (table in (tmp_path / "results" / "latest.md").read_text()) == POSTGRES
+
+
+def check_postgres_rounds(report: dict[str, Any]) -> None:
+    """The PostgreSQL server ran in the same rounds (with its ratio to the echo baseline), and two
+    processes on one database against one, with the gate on both databases; or they were skipped."""
+    http = report["http"]
+    if not POSTGRES:
+        assert report["meta"]["postgres"].startswith("skipped")
+        assert http["split"] == [] and not any(row["server"] == "core-PG" for row in http["summary"])
+        return
+    assert report["meta"]["postgres"].startswith("PostgreSQL")
+    names = {c["name"] for c in report["gate"]["checks"]}
+    for label in ("core-PG", "core-PG2"):  # one server process; two processes on one database
+        assert f"{label}: every payout stored once" in names
+        assert f"{label}: balances conserved" in names
+        assert f"{label}: ledger invariant" in names
+    pg_rows = [row for row in http["summary"] if row["server"] == "core-PG"]
+    assert {row["target"] for row in pg_rows} == {f"{kind}-PG" for kind in SPLIT_KINDS}
+    assert all(row["ratio_to_echo"] is not None for row in pg_rows)
+    assert {row["kind"] for row in http["split"]} == SPLIT_KINDS
+    assert all(row["ratio_two_to_one"] is not None for row in http["split"])
 
 
 def test_python_load_generator_fallback(tmp_path: Path) -> None:
@@ -59,14 +93,23 @@ def test_python_load_generator_fallback(tmp_path: Path) -> None:
     assert report["gate"]["passed"], [c for c in report["gate"]["checks"] if not c["ok"]]
     assert report["meta"]["load_generator"].startswith("Python")
     assert all(run["result"]["tool"] == "python" for run in report["http"]["runs"])
+    check_postgres_rounds(report)
 
 
 def test_end_to_end_benchmark_pays_and_delivers_everything_it_accepted(tmp_path: Path) -> None:
     """``benchmarks/bench_e2e.py``: every accepted payout reaches PAID and both its events arrive."""
     results = tmp_path / "e2e"
     command = [
-        sys.executable, str(ROOT / "benchmarks" / "bench_e2e.py"), "--seconds", "2", "--concurrency", "8",
-        "--tool", "python", "--results", str(results),
+        sys.executable,
+        str(ROOT / "benchmarks" / "bench_e2e.py"),
+        "--seconds",
+        "2",
+        "--concurrency",
+        "8",
+        "--tool",
+        "python",
+        "--results",
+        str(results),
     ]
     done = subprocess.run(
         command, cwd=ROOT, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180, check=False
