@@ -133,14 +133,16 @@ def run(seconds: float, concurrency: int, tool: str, workdir: Path) -> dict[str,
         result = run_load(tool, HOST, port, workload, concurrency, seconds)
         load_ended = time.monotonic()
         accepted = result.requests - result.non_2xx
-        last_paid = load_ended
         drain_deadline = load_ended + 120
+        drained = False
         while time.monotonic() < drain_deadline:
             pending, paid = unpaid(db)
             if pending == 0:
-                last_paid = time.monotonic()
+                drained = True
                 break
             time.sleep(0.05)
+        # the last payout paid, or (not drained) the rate so far: paid over the whole wait
+        last_paid = time.monotonic()
         while time.monotonic() < drain_deadline and receiver.count < 2 * paid:
             time.sleep(0.05)
         delivered_at = time.monotonic()
@@ -172,6 +174,7 @@ def run(seconds: float, concurrency: int, tool: str, workdir: Path) -> dict[str,
         "backlog_max_during_load": max(during) if during else 0,
         "backlog_first_half_max": max(during[: len(during) // 2] or [0]),
         "backlog_second_half_max": max(during[len(during) // 2 :] or [0]),
+        "drained": drained,
         "drain_seconds": round(last_paid - load_ended, 2),
         "deliveries_done_seconds": round(delivered_at - load_ended, 2),
         "samples": samples,
@@ -194,7 +197,12 @@ def main(argv: list[str] | None = None) -> int:
         f"API accepted {report['api_payouts_per_s']}/s; end to end {report['end_to_end_payouts_per_s']}/s "
         f"(ratio {report['ratio']}); backlog max {report['backlog_max_during_load']} "
         f"(first half {report['backlog_first_half_max']}, second half {report['backlog_second_half_max']}); "
-        f"drained {report['drain_seconds']} s after the load; deliveries {report['deliveries']} "
+        + (
+            f"drained {report['drain_seconds']} s after the load; "
+            if report["drained"]
+            else f"NOT drained {report['drain_seconds']} s after the load ({report['unpaid_after']} unpaid); "
+        )
+        + f"deliveries {report['deliveries']} "
         f"for {report['paid']} payouts"
     )
     ok = report["unpaid_after"] == 0 and report["paid"] == report["accepted"]

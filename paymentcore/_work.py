@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -111,12 +112,9 @@ class Runner(Generic[ClaimT, OutcomeT]):
         """Claim, act and record one item, step after step; the last outcome, or None when it was not
         claimed or nothing was learnt."""
         last: OutcomeT | None = None
-        for _ in range(max_steps):
-            with self._write() as tx:
-                now = self._clock.now()
-                claim = self.task.claim(tx, key, now)
-                if claim is not None:
-                    tx.leases.take(self.kind, key, now + self._lease_ms)
+        with self._write() as tx:
+            claim = self._claim(tx, key)
+        for step in range(1, max_steps + 1):
             if claim is None:
                 return last
             outcome = self.task.act(claim, self._clock.now())
@@ -125,19 +123,31 @@ class Runner(Generic[ClaimT, OutcomeT]):
             with self._write() as tx:
                 again = self.task.record(tx, claim, outcome, self._clock.now())
                 tx.leases.drop(self.kind, key)
+                # the next step's claim rides in the same transaction (one commit fewer per step);
+                # never after the last step, whose claim nobody would act on
+                claim = self._claim(tx, key) if again and step < max_steps else None
             last = outcome
-            if not again:
-                break
         return last
+
+    def _claim(self, tx: Transaction, key: str) -> ClaimT | None:
+        now = self._clock.now()
+        claim = self.task.claim(tx, key, now)
+        if claim is not None:
+            tx.leases.take(self.kind, key, now + self._lease_ms)
+        return claim
 
 
 class Pump:
     """Runs one task on its own thread, several items at a time, so that a slow item holds up only
     itself: at most ``concurrency`` items in flight in all, at most ``per_lane`` of one lane.
 
-    Each round lists what is due and hands every item that is not already in flight, and whose lane
-    has room, to a pool of threads; an item is claimed (leased) by :meth:`Runner.run_one` as before, so
-    several pumps in several processes share the work safely.
+    A round hands every listed item that is not already in flight, and whose lane has room, to a pool
+    of threads; an item is claimed (leased) by :meth:`Runner.run_one` as before, so several pumps in
+    several processes share the work safely. The list of what is due is read from the store once and
+    worked through over the rounds that follow: it is read again when it is used up, or when it is
+    older than ``interval`` (so that work that became due since, and other lanes, get their turn). A
+    scan reads up to ``scan`` items; reading it again for every item started would make the pump's cost
+    per item grow with the backlog, just when it must catch up.
     """
 
     def __init__(
@@ -160,6 +170,8 @@ class Pump:
         self._in_flight: set[str] = set()
         self._lanes: Counter[str] = Counter()
         self._queued = 0
+        self._listed: list[Due] = []  # the last scan's items not yet started, oldest first
+        self._listed_at = 0.0
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._pool: ThreadPoolExecutor | None = None
@@ -210,20 +222,30 @@ class Pump:
         with self._lock:
             if len(self._in_flight) >= self._concurrency:
                 return 0
-        due = self._runner.due(self._scan)
-        self._queued = len(due)
+        moment = time.monotonic()
+        if not self._listed or moment - self._listed_at >= self._interval:
+            due = self._runner.due(self._scan)
+            self._queued = len(due)
+            self._listed = list(due)
+            self._listed_at = moment
         started = 0
-        for item in due:
+        waiting: list[Due] = []
+        for position, item in enumerate(self._listed):
             with self._lock:
                 if len(self._in_flight) >= self._concurrency:
+                    waiting.extend(self._listed[position:])
                     break
-                if item.key in self._in_flight or self._lanes[item.lane] >= self._per_lane:
+                if item.key in self._in_flight:
+                    continue  # being worked already: it is no longer waiting
+                if self._lanes[item.lane] >= self._per_lane:
+                    waiting.append(item)
                     continue
                 self._in_flight.add(item.key)
                 self._lanes[item.lane] += 1
             assert self._pool is not None
             self._pool.submit(self._work, item)
             started += 1
+        self._listed = waiting
         return started
 
     def _work(self, item: Due) -> None:

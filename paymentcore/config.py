@@ -33,7 +33,7 @@ class Config:
     idempotency_retention_hours: int = 48
     default_per_minute: int = 30
     default_per_hour: int = 600
-    worker_concurrency: int = 8  # collections (and payouts) worked at once by one worker
-    delivery_concurrency: int = 16  # webhook deliveries at once by one worker, in all ...
+    worker_concurrency: int = 64  # collections (and payouts) worked at once by one worker
+    delivery_concurrency: int = 32  # webhook deliveries at once by one worker, in all ...
     delivery_per_endpoint: int = 4  # ... and to one endpoint (a hanging endpoint holds only these)
     work_log_seconds: float = 5.0  # how often a busy worker logs its queue
