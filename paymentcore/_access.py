@@ -131,6 +131,43 @@ class _Hit:
     error: BaseException | None = None
 
 
+class _BatchCounts:
+    """The counters of a batch's keys, read once when the batch's transaction begins and kept in
+    memory while its hits are counted one after another; :meth:`write` then adds each bucket's new
+    hits in one statement. Exact, because the book's transaction holds the keys' counters throughout.
+    """
+
+    def __init__(self, store: RateRepository, batch: list[_Hit]) -> None:
+        self._store = store
+        self._known: dict[tuple[str, int], dict[int, int]] = {}
+        self._added: dict[tuple[str, int, int], int] = {}
+        earliest: dict[str, int] = {}
+        for hit in batch:
+            earliest[hit.key.id] = min(hit.now, earliest.get(hit.key.id, hit.now))
+        for key_id in sorted(earliest):  # a fixed order, as the book's locks want
+            for window in (MINUTE, HOUR):
+                rows = store.buckets(key_id, window.width, window.since(earliest[key_id]))
+                self._known[(key_id, window.width)] = dict(rows)
+
+    @property
+    def rates(self) -> _BatchCounts:
+        return self
+
+    def buckets(self, key_id: str, width: int, since: int) -> list[tuple[int, int]]:
+        counts = self._known[(key_id, width)]
+        return sorted((start, hits) for start, hits in counts.items() if start >= since)
+
+    def add(self, key_id: str, width: int, start: int, hits: int = 1) -> None:
+        counts = self._known[(key_id, width)]
+        counts[start] = counts.get(start, 0) + hits
+        place = (key_id, width, start)
+        self._added[place] = self._added.get(place, 0) + hits
+
+    def write(self) -> None:
+        for (key_id, width, start), hits in sorted(self._added.items()):
+            self._store.add(key_id, width, start, hits)
+
+
 class RateLimiter:
     """Sliding one-minute and one-hour windows per key, counted in a rate book, in which the book holds
     the counters of the keys being counted, so racing requests (in this process or another one on the
@@ -166,11 +203,13 @@ class RateLimiter:
     def _count_all(self, batch: list[_Hit]) -> None:
         try:
             with self._book.transaction() as tx:
+                counts = _BatchCounts(tx.rates, batch)
                 for hit in sorted(batch, key=lambda h: h.key.id):  # stable: arrival order per key
                     try:
-                        hit.state = self.count(tx, hit.key, hit.now)
+                        hit.state = self.count(counts, hit.key, hit.now)
                     except RateLimitedError as refused:  # nothing of it was written
                         hit.error = refused
+                counts.write()
         except BaseException as failure:  # the book failed: every hit of the batch fails with it
             for hit in batch:
                 hit.state, hit.error = None, failure
@@ -183,7 +222,7 @@ class RateLimiter:
         with self._book.transaction() as tx:
             return tx.rates.purge(now - HOUR.length)
 
-    def count(self, tx: Counting, key: ApiKey, now: int) -> RateState:
+    def count(self, tx: Counting | _BatchCounts, key: ApiKey, now: int) -> RateState:
         minute = tx.rates.buckets(key.id, MINUTE.width, MINUTE.since(now))
         hour = tx.rates.buckets(key.id, HOUR.width, HOUR.since(now))
         for window, buckets, ceiling in ((MINUTE, minute, key.per_minute), (HOUR, hour, key.per_hour)):

@@ -129,10 +129,15 @@ class Disburse:
                 "merchant_reference": merchant_reference,
             },
         )
+        with deps.store.read() as view:  # a replay needs no write lock: answer it from a read
+            replay = self._replay(view, merchant_id, key, print_, deps.clock.now())
+        if replay is not None:  # the original answer, whatever changed since
+            return replay
         with deps.transaction() as tx:
             now = deps.clock.now()
+            # again under the write lock: a request with this key may have committed since the read
             replay = self._replay(tx, merchant_id, key, print_, now)
-            if replay is not None:  # the original answer, whatever changed since
+            if replay is not None:
                 return replay
             settings = tx.settings.get()
             if not settings.payouts_enabled:  # before any other check, as the API documents

@@ -436,8 +436,8 @@ class RateRepository(Protocol):
         """(start, count) of the key's buckets of ``width`` starting at or after ``since``, oldest first."""
         ...
 
-    def add(self, key_id: str, width: int, start: int) -> None:
-        """Count one more request in the key's bucket of ``width`` starting at ``start``."""
+    def add(self, key_id: str, width: int, start: int, hits: int = 1) -> None:
+        """Count ``hits`` more requests in the key's bucket of ``width`` starting at ``start``."""
         ...
 
     def purge(self, before: int) -> int:

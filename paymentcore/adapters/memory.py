@@ -513,9 +513,9 @@ class _Rates(_Repository):
         counts: dict[int, int] = self._t.get("rates", (key_id, width)) or {}
         return sorted((start, hits) for start, hits in counts.items() if start >= since)
 
-    def add(self, key_id: str, width: int, start: int) -> None:
+    def add(self, key_id: str, width: int, start: int, hits: int = 1) -> None:
         counts = dict(self._t.get("rates", (key_id, width)) or {})
-        counts[start] = counts.get(start, 0) + 1
+        counts[start] = counts.get(start, 0) + hits
         self._t.put("rates", (key_id, width), counts)
 
     def purge(self, before: int) -> int:

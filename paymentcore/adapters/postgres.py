@@ -1054,14 +1054,14 @@ class _Rates(_Repository):
         ).fetchall()
         return [(int(start), int(hits)) for start, hits in rows]
 
-    def add(self, key_id: str, width: int, start: int) -> None:
+    def add(self, key_id: str, width: int, start: int, hits: int = 1) -> None:
         if not self._rows.writable:
             raise RuntimeError("write through a read-only transaction")
         self._hold(key_id)
         self._rows.unlocked(
-            "INSERT INTO rate_counts (key_id, width, start, hits) VALUES (%s, %s, %s, 1)"
-            " ON CONFLICT (key_id, width, start) DO UPDATE SET hits = rate_counts.hits + 1",
-            (key_id, width, start),
+            "INSERT INTO rate_counts (key_id, width, start, hits) VALUES (%s, %s, %s, %s)"
+            " ON CONFLICT (key_id, width, start) DO UPDATE SET hits = rate_counts.hits + excluded.hits",
+            (key_id, width, start, hits),
         )
 
     def purge(self, before: int) -> int:

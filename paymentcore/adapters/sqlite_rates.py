@@ -58,11 +58,11 @@ class _Counts:
         ).fetchall()
         return [(int(start), int(hits)) for start, hits in rows]
 
-    def add(self, key_id: str, width: int, start: int) -> None:
+    def add(self, key_id: str, width: int, start: int, hits: int = 1) -> None:
         self._conn.execute(
-            "INSERT INTO rate_counts (key_id, width, start, hits) VALUES (?, ?, ?, 1)"
-            " ON CONFLICT (key_id, width, start) DO UPDATE SET hits = hits + 1",
-            (key_id, width, start),
+            "INSERT INTO rate_counts (key_id, width, start, hits) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT (key_id, width, start) DO UPDATE SET hits = hits + excluded.hits",
+            (key_id, width, start, hits),
         )
 
     def purge(self, before: int) -> int:
