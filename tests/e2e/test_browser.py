@@ -12,6 +12,7 @@ browser fails them: CI must never pass by silently not running them.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -168,8 +169,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 # --- the browser --------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
+@contextlib.contextmanager
+def chromium() -> Iterator[Browser]:
+    """Debian's Chromium, headless, through Playwright (skips, or fails under CI, without it)."""
     require_browser()
     from playwright.sync_api import sync_playwright
 
@@ -179,6 +181,12 @@ def browser() -> Iterator[Browser]:
             yield launched
         finally:
             launched.close()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with chromium() as launched:
+        yield launched
 
 
 @attrs.define

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 import pytest
-from test_browser import CHROMIUM, CHROMIUM_ARGS, free_port, require_browser, stop_process
+from test_browser import chromium, free_port, stop_process
 
 from paymentcore import PaymentCore
 from paymentcore.testing import fund
@@ -174,15 +174,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    require_browser()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield launched
-        finally:
-            launched.close()
+    with chromium() as launched:
+        yield launched
 
 
 @attrs.define
