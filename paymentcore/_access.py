@@ -119,6 +119,8 @@ class RateBook(Protocol):
 
     def transaction(self) -> AbstractContextManager[Counting]: ...
 
+    def close(self) -> None: ...
+
 
 @attrs.define(eq=False)
 class _Hit:
@@ -148,10 +150,6 @@ class _BatchCounts:
             for window in (MINUTE, HOUR):
                 rows = store.buckets(key_id, window.width, window.since(earliest[key_id]))
                 self._known[(key_id, window.width)] = dict(rows)
-
-    @property
-    def rates(self) -> _BatchCounts:
-        return self
 
     def buckets(self, key_id: str, width: int, since: int) -> list[tuple[int, int]]:
         counts = self._known[(key_id, width)]
@@ -222,9 +220,10 @@ class RateLimiter:
         with self._book.transaction() as tx:
             return tx.rates.purge(now - HOUR.length)
 
-    def count(self, tx: Counting | _BatchCounts, key: ApiKey, now: int) -> RateState:
-        minute = tx.rates.buckets(key.id, MINUTE.width, MINUTE.since(now))
-        hour = tx.rates.buckets(key.id, HOUR.width, HOUR.since(now))
+    def count(self, counts: _BatchCounts, key: ApiKey, now: int) -> RateState:
+        """Count one request of ``key`` at ``now`` in the batch's counters, or raise RATE_LIMITED."""
+        minute = counts.buckets(key.id, MINUTE.width, MINUTE.since(now))
+        hour = counts.buckets(key.id, HOUR.width, HOUR.since(now))
         for window, buckets, ceiling in ((MINUTE, minute, key.per_minute), (HOUR, hour, key.per_hour)):
             if sum(hits for _, hits in buckets) >= ceiling:
                 raise RateLimitedError(
@@ -233,7 +232,7 @@ class RateLimiter:
                     limit=ceiling,
                 )
         for window in (MINUTE, HOUR):
-            tx.rates.add(key.id, window.width, window.start_of(now))
+            counts.add(key.id, window.width, window.start_of(now))
         used = sum(hits for _, hits in minute) + 1
         oldest = minute[0][0] if minute else MINUTE.start_of(now)
         return RateState(

@@ -358,6 +358,5 @@ class PaymentCore:
         if callable(close):
             close()
         self.store.close()
-        close_book = getattr(self._rate_book, "close", None)
-        if callable(close_book):
-            close_book()
+        if self._rate_book is not None:  # a book of its own (SQLite's rate file); else the store
+            self._rate_book.close()

@@ -46,6 +46,7 @@ from paymentcore import (
     MerchantStatus,
     NotFoundError,
     OperatorPayout,
+    Page,
     PaymentCore,
     PaymentError,
     PayoutStatus,
@@ -544,31 +545,44 @@ class Console:
         query = urlencode({**{k: v for k, v in keep.items() if v}, "after": last})
         return f"<p class='more'><a href=\"{attr(request.url.path + '?' + query)}\">Next page</a></p>"
 
+    def _queue_page(
+        self,
+        who: Signed,
+        request: Request,
+        queue: Page[OperatorPayout],
+        *,
+        intro: str,
+        last_columns: tuple[str, str],
+        failed: bool,
+        empty: str,
+    ) -> str:
+        """A work queue: what it is, its table (the last two columns differ) and the next page's link."""
+        columns = ["Reference", "Merchant", "Amount", "Currency", "Recipient name", "Phone", *last_columns]
+        last = queue.data[-1].payout.reference if queue.data else None
+        return (
+            f"<p class='muted'>{intro}</p>"
+            + table(
+                [*columns, "Actions"],
+                self._queue_rows(queue.data, self._names(), who, failed=failed),
+                empty=empty,
+                numeric=(2,),
+            )
+            + self._more(request, queue.has_more, last)
+        )
+
     def review(self, who: Signed, request: Request) -> tuple[str, str, str | None]:
         queue = self.core.operator.payouts(
             awaiting_review=True, limit=QUEUE_PAGE, starting_after=request.query_params.get("after")
         )
-        names = self._names()
-        content = (
-            "<p class='muted'>Payouts above their merchant's review threshold, oldest first. Release sends"
-            " one to the network; Reject returns its money to the merchant's balance.</p>"
-            + table(
-                [
-                    "Reference",
-                    "Merchant",
-                    "Amount",
-                    "Currency",
-                    "Recipient name",
-                    "Phone",
-                    "Merchant reference",
-                    "Created",
-                    "Actions",
-                ],
-                self._queue_rows(queue.data, names, who, failed=False),
-                empty="No payout is waiting for review.",
-                numeric=(2,),
-            )
-            + self._more(request, queue.has_more, queue.data[-1].payout.reference if queue.data else None)
+        content = self._queue_page(
+            who,
+            request,
+            queue,
+            intro="Payouts above their merchant's review threshold, oldest first. Release sends one to the"
+            " network; Reject returns its money to the merchant's balance.",
+            last_columns=("Merchant reference", "Created"),
+            failed=False,
+            empty="No payout is waiting for review.",
         )
         return "Review queue", content, f"{PREFIX}/review"
 
@@ -579,28 +593,16 @@ class Console:
             limit=QUEUE_PAGE,
             starting_after=request.query_params.get("after"),
         )
-        names = self._names()
-        content = (
-            "<p class='muted'>Payouts the network did not complete, whose money is still reserved, oldest"
-            " first. Resolve asks the network whether the money moved: the payout becomes PAID if it did,"
-            " otherwise its money returns to the merchant's balance.</p>"
-            + table(
-                [
-                    "Reference",
-                    "Merchant",
-                    "Amount",
-                    "Currency",
-                    "Recipient name",
-                    "Phone",
-                    "Status reason",
-                    "Failed",
-                    "Actions",
-                ],
-                self._queue_rows(queue.data, names, who, failed=True),
-                empty="No failed payout is waiting for resolution.",
-                numeric=(2,),
-            )
-            + self._more(request, queue.has_more, queue.data[-1].payout.reference if queue.data else None)
+        content = self._queue_page(
+            who,
+            request,
+            queue,
+            intro="Payouts the network did not complete, whose money is still reserved, oldest first."
+            " Resolve asks the network whether the money moved: the payout becomes PAID if it did,"
+            " otherwise its money returns to the merchant's balance.",
+            last_columns=("Status reason", "Failed"),
+            failed=True,
+            empty="No failed payout is waiting for resolution.",
         )
         return "Failed payouts", content, f"{PREFIX}/failed"
 

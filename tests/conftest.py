@@ -21,7 +21,10 @@ from starlette.testclient import TestClient
 
 from paymentcore import Config, FakeClock, PaymentCore, wire
 from paymentcore._models import Merchant
+from paymentcore.adapters.memory import MemoryStore
 from paymentcore.adapters.sandbox import SandboxNetwork
+from paymentcore.adapters.sqlite import SqliteStore
+from paymentcore.ports import Store
 from paymentcore.testing import CapturingSender, public_resolver
 from paymentcore_server.app import create_app
 
@@ -75,6 +78,27 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     except psycopg.Error:
         pass  # a leftover schema is harmless; the next run makes new ones
     _schemas.clear()
+
+
+def open_store(kind: str, tmp_path: Path) -> Store:
+    """A bare store of ``kind`` (the storage port alone, without a core)."""
+    if kind == "memory":
+        return MemoryStore()
+    if kind == "postgres":
+        from paymentcore.adapters.postgres import PostgresStore
+
+        return PostgresStore(postgres_url(tmp_path))
+    return SqliteStore(tmp_path / "store.db")
+
+
+@pytest.fixture(params=sorted(STORE_KINDS))
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """Each store in turn, closed after the test."""
+    made = open_store(request.param, tmp_path)
+    try:
+        yield made
+    finally:
+        made.close()
 
 
 def make_core(kind: str, tmp_path: Path, clock: FakeClock, **config: Any) -> PaymentCore:

@@ -28,34 +28,16 @@ from paymentcore import (
     UnauthorizedError,
 )
 from paymentcore._audit import StoredAuditEntry, StoredOperator, StoredSession
-from paymentcore.adapters.memory import MemoryStore
 from paymentcore.adapters.postgres import MIGRATIONS as POSTGRES_MIGRATIONS
 from paymentcore.adapters.postgres import PostgresStore
 from paymentcore.adapters.sqlite import MIGRATIONS, SqliteStore
 from paymentcore.ports import Store
 from paymentcore.testing import fund
 
-from conftest import STORE_KINDS, make_core, postgres_url  # type: ignore[import-not-found, unused-ignore]
+from conftest import make_core, postgres_url  # type: ignore[import-not-found, unused-ignore]
 
 NOW = 1_767_225_600_000
 MINUTE = 60_000
-
-
-def open_store(kind: str, tmp_path: Path) -> Store:
-    if kind == "memory":
-        return MemoryStore()
-    if kind == "postgres":
-        return PostgresStore(postgres_url(tmp_path))
-    return SqliteStore(tmp_path / "audit.db")
-
-
-@pytest.fixture(params=sorted(STORE_KINDS))
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    made = open_store(request.param, tmp_path)
-    try:
-        yield made
-    finally:
-        made.close()
 
 
 @pytest.fixture

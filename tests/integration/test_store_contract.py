@@ -12,7 +12,6 @@ import hashlib
 import itertools
 import sqlite3
 import threading
-from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -57,11 +56,8 @@ from paymentcore._queries import (
     payout_is_due,
 )
 from paymentcore.adapters.memory import MemoryStore
-from paymentcore.adapters.postgres import PostgresStore
 from paymentcore.adapters.sqlite import MIGRATIONS, SqliteStore
 from paymentcore.ports import Store
-
-from conftest import STORE_KINDS, postgres_url  # type: ignore[import-not-found, unused-ignore]
 
 NOW = 1_767_225_600_000  # 2026-01-01T00:00:00Z in milliseconds
 
@@ -73,23 +69,6 @@ NEGATIVE = (ValueError, sqlite3.IntegrityError, psycopg.IntegrityError)
 
 class Boom(Exception):
     """Raised on purpose inside a transaction."""
-
-
-def open_store(kind: str, tmp_path: Path) -> Store:
-    if kind == "memory":
-        return MemoryStore()
-    if kind == "postgres":
-        return PostgresStore(postgres_url(tmp_path))
-    return SqliteStore(tmp_path / "contract.db")
-
-
-@pytest.fixture(params=sorted(STORE_KINDS))
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    made = open_store(request.param, tmp_path)
-    try:
-        yield made
-    finally:
-        made.close()
 
 
 # --- record factories ---------------------------------------------------------------------------
