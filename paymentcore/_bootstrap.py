@@ -47,13 +47,16 @@ from paymentcore.ports import (
 )
 
 _log = logging.getLogger("paymentcore.worker")
+#: a suspect provider keeps this many calls in flight (a number that hangs does not stop the others)
+NETWORK_SLOW_PER_PROVIDER = 4
 LEASE_KEEP_MS = 3_600_000  # lease rows that ran out an hour ago are dropped (a dead worker's)
 
 
-def _default_sender() -> WebhookSender:
+def _default_sender(config: Config | None = None) -> WebhookSender:
     from paymentcore.adapters.httpx_sender import HttpxWebhookSender
 
-    return HttpxWebhookSender()
+    per_endpoint = (config or Config()).delivery_per_endpoint
+    return HttpxWebhookSender(per_endpoint=per_endpoint)
 
 
 class PaymentCore:
@@ -85,7 +88,12 @@ class PaymentCore:
             store=store,
             clock=clock or SystemClock(),
             refs=refs or RandomReferences(),
-            network=network or SandboxNetwork(delay_seconds=config.sandbox_delay),
+            network=network
+            or SandboxNetwork(
+                delay_seconds=config.sandbox_delay,
+                hang=config.sandbox_hang,
+                hang_seconds=config.sandbox_hang_seconds,
+            ),
             catalogue=catalogue or Catalogue.default(),
             config=config,
             secret_box=secret_box or FernetSecretBox.generate(),
@@ -133,7 +141,7 @@ class PaymentCore:
                     f" read or created ({exc.strerror or exc})"
                 ) from exc
         if "sender" not in kwargs:
-            kwargs["sender"] = _default_sender()
+            kwargs["sender"] = _default_sender(kwargs.get("config"))
         try:
             store = SqliteStore(path, synchronous=synchronous)
         except sqlite3.Error as exc:  # a read-only file or folder, a file that is not a database, ...
@@ -183,7 +191,7 @@ class PaymentCore:
                     else FernetSecretBox(store.server_key())
                 )
             if "sender" not in kwargs:
-                kwargs["sender"] = _default_sender()
+                kwargs["sender"] = _default_sender(kwargs.get("config"))
             return cls(store=store, **kwargs)
         except BaseException:
             store.close()
@@ -258,36 +266,49 @@ class PaymentCore:
     def start_worker(self, interval: float = 0.2) -> None:
         """Run the background work on threads of this process until :meth:`stop_worker`.
 
-        Each kind of work has its own loop and its own threads, so none waits for another: collections
-        and payouts run up to ``Config.worker_concurrency`` items at once each, webhook deliveries up to
-        ``Config.delivery_concurrency`` at once and ``Config.delivery_per_endpoint`` at once per endpoint
-        (a slow or hanging endpoint holds up only its own events). While work is pending, a line every
+        Each kind of work has its own loop and its own threads, so none waits for another, and each is
+        partitioned by lane (:class:`paymentcore._work.Pump`): collections and payouts by provider (a
+        mobile network that hangs holds up only its own work), webhook deliveries by endpoint. Per kind,
+        a fresh pool (``Config.worker_concurrency`` for collections and payouts, at most
+        ``Config.network_per_provider`` of one provider; ``Config.delivery_concurrency`` for deliveries,
+        at most ``Config.delivery_per_endpoint`` to one endpoint) and a slow pool for lanes whose items
+        ran longer than ``Config.network_slow_after`` / ``Config.delivery_slow_after`` seconds
+        (``Config.network_slow_concurrency`` / ``Config.delivery_slow_concurrency`` in all; a suspect
+        endpoint one delivery at a time, a suspect provider a few calls). The leases of items in flight
+        are renewed every third of ``Config.dispatch_lease_seconds``. While work is pending, a line every
         ``Config.work_log_seconds`` says how much is queued and in flight per kind.
         """
         if self._pumps:
             return
         config = self.config
+        heartbeat = config.dispatch_lease_seconds / 3
+        network = [
+            Pump(
+                runner,
+                name=name,
+                concurrency=config.worker_concurrency,
+                per_lane=config.network_per_provider,
+                slow_concurrency=config.network_slow_concurrency,
+                slow_per_lane=NETWORK_SLOW_PER_PROVIDER,
+                slow_after=config.network_slow_after,
+                interval=interval,
+                heartbeat=heartbeat,
+            )
+            for name, runner in (("collections", self.collect.runner), ("payouts", self.disburse.runner))
+        ]
         self._pumps = [
-            Pump(
-                self.collect.runner,
-                name="collections",
-                concurrency=config.worker_concurrency,
-                per_lane=1,
-                interval=interval,
-            ),
-            Pump(
-                self.disburse.runner,
-                name="payouts",
-                concurrency=config.worker_concurrency,
-                per_lane=1,
-                interval=interval,
-            ),
+            *network,
             Pump(
                 self.webhooks.runner,
                 name="deliveries",
                 concurrency=config.delivery_concurrency,
                 per_lane=config.delivery_per_endpoint,
+                first_per_lane=1,
+                slow_concurrency=config.delivery_slow_concurrency,
+                slow_per_lane=1,
+                slow_after=config.delivery_slow_after,
                 interval=interval,
+                heartbeat=heartbeat,
             ),
         ]
         for pump in self._pumps:
@@ -295,6 +316,11 @@ class PaymentCore:
         self._stop.clear()
         self._worker = threading.Thread(target=self._housekeeping, name="paymentcore-worker", daemon=True)
         self._worker.start()
+
+    @property
+    def pumps(self) -> list[Pump]:
+        """The running worker's pumps, one per kind of work (empty when no worker runs here)."""
+        return list(self._pumps)
 
     def work_backlog(self) -> list[WorkBacklog]:
         """Per kind of work (collections, payouts, deliveries): how many items are due and waiting, and
@@ -352,6 +378,9 @@ class PaymentCore:
             self._worker = None
 
     def close(self) -> None:
+        network_close = getattr(self.deps.network, "close", None)
+        if callable(network_close):  # a sandbox told to hang lets its calls end
+            network_close()
         self.stop_worker()
         sender = self.deps.sender
         close = getattr(sender, "close", None)

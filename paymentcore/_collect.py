@@ -36,8 +36,9 @@ from paymentcore._pages import (
     page_of,
     unknown_cursor,
 )
+from paymentcore._queries import collection_lane
 from paymentcore._records import Collection, Page, collection_from, dump, is_payable, load
-from paymentcore._work import Due, Runner
+from paymentcore._work import LANE_DEPTH, Due, Runner
 from paymentcore.catalogue import Currency, Provider
 from paymentcore.errors import (
     InvalidRequestError,
@@ -486,7 +487,16 @@ class Collect:
         self._runner.run_one(reference)
 
     def due(self, tx: Transaction, now: int, limit: int) -> builtins.list[Due]:
-        return [Due(key=c.reference, lane=c.reference) for c in tx.collections.due(now, limit)]
+        # a lane per provider: a mobile network that hangs holds up only its own collections
+        due = tx.collections.due(now, limit, per_lane=LANE_DEPTH)
+        return [Due(key=c.reference, lane=collection_lane(c)) for c in due]
+
+    def renew(self, tx: Transaction, key: str, held_until: int, until: int) -> bool:
+        collection = tx.collections.get(key)
+        if collection is None or collection.next_check_at != held_until:
+            return False
+        tx.collections.update(attrs.evolve(collection, next_check_at=until))
+        return True
 
     def claim(self, tx: Transaction, key: str, now: int) -> models.Collection | None:
         collection = tx.collections.get(key)

@@ -49,9 +49,9 @@ from paymentcore._policy import (
     effective_limits,
     held_for_review,
 )
-from paymentcore._queries import payout_is_due
+from paymentcore._queries import payout_is_due, payout_lane
 from paymentcore._records import Page, Payout, PayoutAllowance, dump, load, payout_from
-from paymentcore._work import Due, Runner
+from paymentcore._work import LANE_DEPTH, Due, Runner
 from paymentcore.errors import (
     CapabilityDisabledError,
     IdempotencyKeyRequiredError,
@@ -396,7 +396,16 @@ class Disburse:
         self._runner.run_one(reference)
 
     def due(self, tx: Transaction, now: int, limit: int) -> builtins.list[Due]:
-        return [Due(key=payout.reference, lane=payout.reference) for payout in tx.payouts.due(now, limit)]
+        # a lane per provider: a mobile network that hangs holds up only its own payouts
+        due = tx.payouts.due(now, limit, per_lane=LANE_DEPTH)
+        return [Due(key=payout.reference, lane=payout_lane(payout)) for payout in due]
+
+    def renew(self, tx: Transaction, key: str, held_until: int, until: int) -> bool:
+        payout = tx.payouts.get(key)
+        if payout is None or payout.next_check_at != held_until:
+            return False
+        tx.payouts.update(attrs.evolve(payout, next_check_at=until))
+        return True
 
     def claim(self, tx: Transaction, key: str, now: int) -> models.Payout | None:
         payout = tx.payouts.get(key)

@@ -10,7 +10,13 @@ Nothing here imports a storage adapter.
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
 from paymentcore._models import Collection, CollectionStatus, DeliveryStatus, Event, Payout, PayoutStatus
+
+T = TypeVar("T")
 
 # --- payouts ------------------------------------------------------------------------------------
 
@@ -88,3 +94,36 @@ EVENT_DUE_STATUSES: frozenset[DeliveryStatus] = frozenset({DeliveryStatus.PENDIN
 def event_is_due(event: Event, now: int) -> bool:
     """Is this event's next delivery attempt due at ``now``? (``outbox.due`` lists oldest first.)"""
     return event.status in EVENT_DUE_STATUSES and event.next_attempt_at <= now
+
+
+def event_lane(event: Event) -> str:
+    """Events of one merchant go to one endpoint: they share its fate."""
+    return event.merchant_id
+
+
+# --- lanes: what shares a fate, listed in turns ----------------------------------------------------
+
+
+def payout_lane(payout: Payout) -> str:
+    """Payouts to one mobile network (provider) share its fate: a provider that hangs holds them."""
+    return payout.provider
+
+
+def collection_lane(collection: Collection) -> str:
+    """Collections on one provider share its fate (a checkout no payer has chosen yet: the empty lane)."""
+    return collection.provider or ""
+
+
+def in_turns(items: Iterable[T], lane: Callable[[T], str], per_lane: int) -> list[T]:
+    """``items`` (in due order) taken in turns over their lanes: every lane's first item, then every
+    lane's second, ... (each turn in due order), at most ``per_lane`` of a lane. So a lane with 10,000
+    items due stands no further ahead in the list than a lane with one."""
+    seen: Counter[str] = Counter()
+    ranked: list[tuple[int, int, T]] = []
+    for position, item in enumerate(items):
+        name = lane(item)
+        seen[name] += 1
+        if seen[name] <= per_lane:
+            ranked.append((seen[name], position, item))
+    ranked.sort(key=lambda entry: (entry[0], entry[1]))
+    return [item for _, _, item in ranked]

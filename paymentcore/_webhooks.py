@@ -41,7 +41,7 @@ from paymentcore._pages import (
     page_of,
     unknown_cursor,
 )
-from paymentcore._queries import event_is_due
+from paymentcore._queries import event_is_due, event_lane
 from paymentcore._records import (
     EventDelivery,
     EventDeliveryStatus,
@@ -61,7 +61,7 @@ from paymentcore._signing import (
     signature,
 )
 from paymentcore._urlsafety import UnsafeUrlError, check_webhook_url
-from paymentcore._work import Due, Runner
+from paymentcore._work import LANE_DEPTH, Due, Runner
 from paymentcore.errors import InvalidRequestError, NotFoundError
 from paymentcore.ports import DeliveryResult, Transaction
 
@@ -321,11 +321,25 @@ class Webhooks:
     # the Task of paymentcore._work: claim the event, send it, record the attempt
 
     def due(self, tx: Transaction, now: int, limit: int) -> list[Due]:
-        events = [*tx.outbox.due(now, limit), *tx.outbox.resends_due(now, limit)]
+        # a lane per endpoint (one per merchant), listed in turns: an endpoint with 10,000 events due
+        # stands no further ahead than one with a single event
+        events = [*tx.outbox.due(now, limit, per_lane=LANE_DEPTH), *tx.outbox.resends_due(now, limit)]
         lanes: dict[str, str] = {}
         for event in events:  # each event once, at its first place (a retry and a resend may both be due)
-            lanes.setdefault(event.id, event.merchant_id)
+            lanes.setdefault(event.id, event_lane(event))
         return [Due(key=key, lane=lane) for key, lane in lanes.items()]
+
+    def renew(self, tx: Transaction, key: str, held_until: int, until: int) -> bool:
+        event = tx.outbox.get(key)
+        if event is None:
+            return False
+        if event.status is DeliveryStatus.PENDING and event.next_attempt_at == held_until:
+            tx.outbox.update(attrs.evolve(event, next_attempt_at=until))
+            return True
+        if event.resend_at == held_until:
+            tx.outbox.update(attrs.evolve(event, resend_at=until))
+            return True
+        return False
 
     def claim(self, tx: Transaction, key: str, now: int) -> _Attempt | None:
         event = tx.outbox.get(key)
@@ -349,8 +363,10 @@ class Webhooks:
             return _Attempt(event=event, endpoint=endpoint, resend=True)
         return None
 
-    def act(self, claim: _Attempt, now: int) -> _Sent:
+    def act(self, claim: _Attempt, now: int) -> _Sent | None:
         sent = self._attempt(claim, now)
+        if not sent.result.attempted:
+            return None  # the request never left: no attempt to record; the event is due again
         self._deps.observe(lambda observer: observer.delivery_attempt(delivered=sent.result.ok))
         return sent
 
@@ -449,6 +465,11 @@ class Webhooks:
             tx.outbox.update(
                 attrs.evolve(event, attempts=attempts, next_attempt_at=now + delay_ms, last_error=error)
             )
+            if result.status is None:
+                # no answer at all (a timeout, a refused connection): the endpoint's circuit opens, its
+                # other events wait for this one's next attempt, which probes it (no attempt of theirs
+                # is made, or counted, while it is down)
+                tx.outbox.defer(event.merchant_id, now + delay_ms)
             return
         tx.outbox.update(
             attrs.evolve(event, status=DeliveryStatus.FAILED, attempts=attempts, last_error=error)

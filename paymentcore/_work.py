@@ -13,19 +13,22 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import Counter
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import attrs
 
 from paymentcore.ports import Clock, Store, Transaction
 
-__all__ = ["Due", "Pump", "Runner", "Task"]
+__all__ = ["LANE_DEPTH", "Due", "Pump", "Runner", "Task"]
 
 log = logging.getLogger("paymentcore.worker")
+
+#: a listing of due work holds at most this many items of one lane (the rest wait for a later listing)
+LANE_DEPTH = 256
 
 ClaimT = TypeVar("ClaimT")
 OutcomeT = TypeVar("OutcomeT")
@@ -69,6 +72,12 @@ class Task(Protocol[ClaimT, OutcomeT]):
         """
         ...
 
+    def renew(self, tx: Transaction, key: str, held_until: int, until: int) -> bool:
+        """Inside a write transaction: extend this worker's claim on the item from ``held_until`` (the
+        lease its claim wrote, ``now + lease_ms``) to ``until``, only if the item still carries that lease
+        (compare and set: an outcome written meanwhile is never overwritten). True when extended."""
+        ...
+
 
 class Runner(Generic[ClaimT, OutcomeT]):
     """Runs one :class:`Task` against a store.
@@ -96,6 +105,12 @@ class Runner(Generic[ClaimT, OutcomeT]):
         self._clock = clock
         self._lease_ms = lease_ms
         self._write = write if write is not None else store.transaction
+        self._held: dict[str, int] = {}  # key -> the lease this runner's claim holds, until then
+        self._held_lock = threading.Lock()
+
+    @property
+    def lease_ms(self) -> int:
+        return self._lease_ms
 
     def run_due(self, limit: int) -> int:
         """Work every due item once; returns how many were due."""
@@ -111,6 +126,12 @@ class Runner(Generic[ClaimT, OutcomeT]):
     def run_one(self, key: str, *, max_steps: int = 3) -> OutcomeT | None:
         """Claim, act and record one item, step after step; the last outcome, or None when it was not
         claimed or nothing was learnt."""
+        try:
+            return self._steps(key, max_steps)
+        finally:
+            self._release(key)
+
+    def _steps(self, key: str, max_steps: int) -> OutcomeT | None:
         last: OutcomeT | None = None
         with self._write() as tx:
             claim = self._claim(tx, key)
@@ -134,44 +155,125 @@ class Runner(Generic[ClaimT, OutcomeT]):
         claim = self.task.claim(tx, key, now)
         if claim is not None:
             tx.leases.take(self.kind, key, now + self._lease_ms)
+            with self._held_lock:
+                self._held[key] = now + self._lease_ms
         return claim
+
+    def _release(self, key: str) -> None:
+        with self._held_lock:
+            self._held.pop(key, None)
+
+    def renew(self, keys: Sequence[str]) -> int:
+        """Extend this runner's leases on ``keys`` (items it is working on) by a whole lease from now,
+        in one write transaction; returns how many were extended. A key whose outcome was written
+        meanwhile (or that this runner does not hold) is left alone."""
+        with self._held_lock:
+            held = {key: self._held[key] for key in keys if key in self._held}
+        if not held:
+            return 0
+        renewed: dict[str, int] = {}
+        with self._write() as tx:
+            until = self._clock.now() + self._lease_ms
+            for key, old in held.items():
+                if self.task.renew(tx, key, old, until):
+                    tx.leases.take(self.kind, key, until)
+                    renewed[key] = until
+        with self._held_lock:
+            for key, until in renewed.items():
+                if self._held.get(key) == held[key]:
+                    self._held[key] = until
+        return len(renewed)
+
+
+class _Lane:
+    """What a pump knows of one lane: its items in flight (fresh and slow), and how it has behaved.
+
+    A lane is *proven* once an item of it finished within ``slow_after``, and *suspect* from the moment
+    one of its items has been in flight longer than that until one finishes quickly again.
+    """
+
+    __slots__ = ("fresh", "proven", "slow", "suspect")
+
+    def __init__(self) -> None:
+        self.fresh = 0
+        self.slow = 0
+        self.proven = False
+        self.suspect = False
+
+
+@attrs.define
+class _Flight:
+    item: Due
+    started: float
+    slow: bool
 
 
 class Pump:
-    """Runs one task on its own thread, several items at a time, so that a slow item holds up only
-    itself: at most ``concurrency`` items in flight in all, at most ``per_lane`` of one lane.
+    """Runs one task on its own threads, several items at a time, partitioned by lane.
 
-    A round hands every listed item that is not already in flight, and whose lane has room, to a pool
-    of threads; an item is claimed (leased) by :meth:`Runner.run_one` as before, so several pumps in
-    several processes share the work safely. The list of what is due is read from the store once and
-    worked through over the rounds that follow: it is read again when it is used up, or when it is
-    older than ``interval`` (so that work that became due since, and other lanes, get their turn). A
-    scan reads up to ``scan`` items; reading it again for every item started would make the pump's cost
-    per item grow with the backlog, just when it must catch up.
+    A lane is what shares a fate: a webhook endpoint, a mobile network (provider). Capacity is split
+    in two pools, so that no set of lanes can take it from a healthy one:
+
+    - the *fresh* pool, ``concurrency`` items in all, at most ``per_lane`` of one lane (``first_per_lane``
+      until an item of the lane has finished quickly: a webhook endpoint never seen could hang);
+    - the *slow* pool, ``slow_concurrency`` items in all. An item in flight longer than ``slow_after``
+      seconds moves from the fresh pool to the slow one (when it has room) and makes its lane *suspect*:
+      a suspect lane starts items only in the slow pool, and only while it has fewer than
+      ``slow_per_lane`` items in flight in all, until one of its items finishes within ``slow_after``
+      again.
+
+    So a hanging lane holds fresh slots for at most ``slow_after`` seconds, then slow slots only;
+    threads (and the sockets they open) never exceed ``concurrency + slow_concurrency``, however many
+    lanes misbehave.
+
+    Turns are handed out fairly: the items listed are taken round-robin over their lanes (each lane's
+    first item, then each lane's second, ...), so a lane with 10,000 items due gets no more turns than a
+    lane with one. An item is claimed (leased) by :meth:`Runner.run_one`, so several pumps in several
+    processes share the work safely; with ``heartbeat`` (seconds) the leases of items in flight are
+    renewed that often (:meth:`Runner.renew`), so that a lease can be short and the claims of a process
+    that died lapse in seconds.
+
+    The list of what is due is read once and worked through over the rounds that follow: it is read
+    again when it is used up, or when it is older than ``interval``. A scan reads up to ``scan`` items.
     """
 
     def __init__(
         self,
-        runner: Runner[ClaimT, OutcomeT],
+        runner: Runner[Any, Any],
         *,
         name: str,
         concurrency: int,
         per_lane: int,
+        first_per_lane: int | None = None,
+        slow_concurrency: int | None = None,
+        slow_per_lane: int = 1,
+        slow_after: float = 2.0,
         interval: float = 0.2,
         scan: int = 1000,
+        heartbeat: float | None = None,
+        max_lanes: int = 10_000,
     ) -> None:
         self.name = name
         self._runner = runner
         self._concurrency = concurrency
         self._per_lane = per_lane
+        self._first_per_lane = first_per_lane if first_per_lane is not None else per_lane
+        self._slow_concurrency = slow_concurrency if slow_concurrency is not None else concurrency
+        self._slow_per_lane = slow_per_lane
+        self._slow_after = slow_after
         self._interval = interval
         self._scan = scan
+        self._heartbeat = heartbeat
+        self._max_lanes = max_lanes
         self._lock = threading.Lock()
-        self._in_flight: set[str] = set()
-        self._lanes: Counter[str] = Counter()
+        self._flights: dict[str, _Flight] = {}
+        self._lanes: OrderedDict[str, _Lane] = OrderedDict()  # least recently used first
+        self._fresh = 0
+        self._slow = 0
         self._queued = 0
-        self._listed: list[Due] = []  # the last scan's items not yet started, oldest first
+        self._listed: list[Due] = []  # the last scan's items not yet started, in their turn order
         self._listed_at = 0.0
+        self._renewed_at = 0.0
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._pool: ThreadPoolExecutor | None = None
@@ -185,13 +287,27 @@ class Pump:
     @property
     def in_flight(self) -> int:
         with self._lock:
-            return len(self._in_flight)
+            return len(self._flights)
+
+    @property
+    def threads(self) -> int:
+        """The most threads this pump runs items on."""
+        return self._concurrency + self._slow_concurrency
+
+    def pools(self) -> tuple[int, int]:
+        """Items in flight in the fresh pool and in the slow pool."""
+        with self._lock:
+            return self._fresh, self._slow
+
+    def suspect_lanes(self) -> list[str]:
+        with self._lock:
+            return [name for name, lane in self._lanes.items() if lane.suspect]
 
     def start(self) -> None:
         if self._thread is not None:
             return
         self._stop.clear()
-        self._pool = ThreadPoolExecutor(self._concurrency, thread_name_prefix=f"paymentcore-{self.name}")
+        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix=f"paymentcore-{self.name}")
         self._thread = threading.Thread(target=self._loop, name=f"paymentcore-{self.name}", daemon=True)
         self._thread.start()
 
@@ -210,6 +326,7 @@ class Pump:
         while not self._stop.is_set():
             try:
                 started = self.round()
+                self._renew()
             except Exception:  # the loop must survive one bad round; the work stays due
                 log.exception("%s: worker round failed", self.name)
                 started = 0
@@ -219,44 +336,132 @@ class Pump:
 
     def round(self) -> int:
         """Start what is due and has room; returns how many items were started."""
-        with self._lock:
-            if len(self._in_flight) >= self._concurrency:
-                return 0
         moment = time.monotonic()
+        self._demote(moment)
         if not self._listed or moment - self._listed_at >= self._interval:
             due = self._runner.due(self._scan)
             self._queued = len(due)
-            self._listed = list(due)
+            self._listed = _round_robin(due)
             self._listed_at = moment
-        started = 0
+        started: list[Due] = []
         waiting: list[Due] = []
-        for position, item in enumerate(self._listed):
-            with self._lock:
-                if len(self._in_flight) >= self._concurrency:
-                    waiting.extend(self._listed[position:])
-                    break
-                if item.key in self._in_flight:
+        with self._lock:
+            for item in self._listed:
+                if item.key in self._flights:
                     continue  # being worked already: it is no longer waiting
-                if self._lanes[item.lane] >= self._per_lane:
+                slow = self._room(item.lane)
+                if slow is None:
                     waiting.append(item)
                     continue
-                self._in_flight.add(item.key)
-                self._lanes[item.lane] += 1
+                self._take(item, moment, slow=slow)
+                started.append(item)
+        self._listed = waiting
+        assert self._pool is not None or not started
+        for item in started:
             assert self._pool is not None
             self._pool.submit(self._work, item)
-            started += 1
-        self._listed = waiting
-        return started
+        return len(started)
+
+    def _lane(self, name: str) -> _Lane:
+        lane = self._lanes.get(name)
+        if lane is None:
+            lane = self._lanes[name] = _Lane()
+            if len(self._lanes) > self._max_lanes:  # forget the least recently used idle lane
+                for old, known in self._lanes.items():
+                    if not known.fresh and not known.slow and old != name:
+                        del self._lanes[old]
+                        break
+        else:
+            self._lanes.move_to_end(name)
+        return lane
+
+    def _room(self, name: str) -> bool | None:
+        """Under the lock: None when the lane may not start an item now, else whether it starts slow."""
+        lane = self._lane(name)
+        if lane.suspect:
+            if self._slow >= self._slow_concurrency or lane.fresh + lane.slow >= self._slow_per_lane:
+                return None
+            return True
+        if self._fresh >= self._concurrency:
+            return None
+        if lane.fresh >= (self._per_lane if lane.proven else self._first_per_lane):
+            return None
+        return False
+
+    def _take(self, item: Due, moment: float, *, slow: bool) -> None:
+        lane = self._lane(item.lane)
+        self._flights[item.key] = _Flight(item=item, started=moment, slow=slow)
+        if slow:
+            self._slow += 1
+            lane.slow += 1
+        else:
+            self._fresh += 1
+            lane.fresh += 1
+
+    def _demote(self, moment: float) -> None:
+        """Items in flight longer than ``slow_after`` leave the fresh pool; their lanes turn suspect."""
+        with self._lock:
+            for flight in self._flights.values():
+                if flight.slow or moment - flight.started < self._slow_after:
+                    continue
+                lane = self._lane(flight.item.lane)
+                lane.suspect = True
+                if self._slow >= self._slow_concurrency:
+                    continue  # the slow pool is full: it stays counted where it is
+                flight.slow = True
+                self._fresh -= 1
+                lane.fresh -= 1
+                self._slow += 1
+                lane.slow += 1
+
+    def _renew(self) -> None:
+        if self._heartbeat is None:
+            return
+        moment = time.monotonic()
+        if moment - self._renewed_at < self._heartbeat:
+            return
+        self._renewed_at = moment
+        with self._lock:
+            keys = [key for key, held in self._flights.items() if moment - held.started >= self._heartbeat]
+        if keys:
+            self._runner.renew(keys)
 
     def _work(self, item: Due) -> None:
+        started = time.monotonic()
         try:
             self._runner.run_one(item.key)
         except Exception:
             log.exception("%s: %s failed; it stays due", self.name, item.key)
         finally:
+            took = time.monotonic() - started
             with self._lock:
-                self._in_flight.discard(item.key)
-                self._lanes[item.lane] -= 1
-                if self._lanes[item.lane] <= 0:
-                    del self._lanes[item.lane]
+                flight = self._flights.pop(item.key)
+                lane = self._lane(item.lane)
+                if flight.slow:
+                    self._slow -= 1
+                    lane.slow -= 1
+                else:
+                    self._fresh -= 1
+                    lane.fresh -= 1
+                if took < self._slow_after:
+                    lane.proven = True
+                    lane.suspect = False
+                else:
+                    lane.suspect = True
             self._wake.set()
+
+
+def _round_robin(items: Sequence[Due]) -> list[Due]:
+    """The items in turn order: every lane's first item (lanes in order of first appearance), then
+    every lane's second, and so on."""
+    lanes: dict[str, list[Due]] = {}
+    for item in items:
+        lanes.setdefault(item.lane, []).append(item)
+    queues = list(lanes.values())
+    order: list[Due] = []
+    depth = 0
+    while queues:
+        queues = [queue for queue in queues if len(queue) > depth]
+        order.extend(queue[depth] for queue in queues)
+        depth += 1
+    return order

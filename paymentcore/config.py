@@ -20,6 +20,8 @@ class Config:
 
     public_url: str = "http://127.0.0.1:8000"
     sandbox_delay: float = 2.0
+    sandbox_hang: tuple[str, ...] = ()  # sandbox providers (codes) or numbers whose calls hang ...
+    sandbox_hang_seconds: float = 30.0  # ... this long, then fail as unanswered
     webhook_retry_delays: tuple[int, ...] = DEFAULT_WEBHOOK_RETRY_DELAYS
     webhook_jitter: float = 0.1  # each retry delay is stretched by up to this fraction
     webhook_timeout: float = 10.0
@@ -29,11 +31,16 @@ class Config:
     prompt_window_seconds: int = 300  # ... within this many seconds (RECIPIENT_BUSY beyond)
     prompt_timeout_seconds: int = 300  # a prompt unanswered this long fails with TIMEOUT
     poll_interval_seconds: float = 1.0  # how often the worker asks the network about open work
-    dispatch_lease_seconds: int = 30  # a worker's claim on a payout or a delivery
+    dispatch_lease_seconds: int = 5  # a worker's claim on an item, renewed while it works on it
     idempotency_retention_hours: int = 48
     default_per_minute: int = 30
     default_per_hour: int = 600
-    worker_concurrency: int = 64  # collections (and payouts) worked at once by one worker
-    delivery_concurrency: int = 32  # webhook deliveries at once by one worker, in all ...
-    delivery_per_endpoint: int = 4  # ... and to one endpoint (a hanging endpoint holds only these)
+    worker_concurrency: int = 64  # collections (and payouts) worked at once by one worker, in all ...
+    network_per_provider: int = 16  # ... and on one provider (mobile network)
+    network_slow_after: float = 5.0  # a network call longer than this makes its provider suspect ...
+    network_slow_concurrency: int = 16  # ... and moves to the slow pool: this many at once, in all
+    delivery_concurrency: int = 64  # webhook deliveries at once by one worker, in all ...
+    delivery_per_endpoint: int = 4  # ... and to one endpoint that has answered (1 before it has)
+    delivery_slow_after: float = 2.0  # a delivery longer than this makes its endpoint suspect ...
+    delivery_slow_concurrency: int = 128  # ... and moves to the slow pool: this many at once, in all
     work_log_seconds: float = 5.0  # how often a busy worker logs its queue

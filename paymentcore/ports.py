@@ -158,8 +158,10 @@ class CollectionRepository(Protocol):
         """Replace; raises KeyError if the reference does not exist."""
         ...
 
-    def due(self, now: int, limit: int) -> list[Collection]:
-        """Collections for which ``_queries.collection_is_due``, in ``collection_due_order``."""
+    def due(self, now: int, limit: int, *, per_lane: int | None = None) -> list[Collection]:
+        """Collections for which ``_queries.collection_is_due``, in ``collection_due_order``; with
+        ``per_lane``, at most that many of each lane (``collection_lane``), taken in turns
+        (``_queries.in_turns``)."""
         ...
 
     def count_due(self, now: int) -> int:
@@ -193,8 +195,9 @@ class PayoutRepository(Protocol):
         """Replace; raises KeyError if the reference does not exist."""
         ...
 
-    def due(self, now: int, limit: int) -> list[Payout]:
-        """Payouts for which ``_queries.payout_is_due``, in ``payout_due_order``."""
+    def due(self, now: int, limit: int, *, per_lane: int | None = None) -> list[Payout]:
+        """Payouts for which ``_queries.payout_is_due``, in ``payout_due_order``; with ``per_lane``,
+        at most that many of each lane (``payout_lane``), taken in turns (``_queries.in_turns``)."""
         ...
 
     def count_due(self, now: int) -> int:
@@ -295,8 +298,15 @@ class Outbox(Protocol):
         """Replace; raises KeyError if the id does not exist."""
         ...
 
-    def due(self, now: int, limit: int) -> list[Event]:
-        """Events for which ``_queries.event_is_due``, oldest first (ties: in the order written)."""
+    def due(self, now: int, limit: int, *, per_lane: int | None = None) -> list[Event]:
+        """Events for which ``_queries.event_is_due``, oldest first (ties: in the order written); with
+        ``per_lane``, at most that many of each lane (``event_lane``), taken in turns
+        (``_queries.in_turns``)."""
+        ...
+
+    def defer(self, merchant_id: str, until: int) -> int:
+        """Move every PENDING event of the merchant due before ``until`` to ``until`` (the endpoint did
+        not answer: its other events wait for its next attempt); returns how many moved."""
         ...
 
     def count_due(self, now: int) -> int:
@@ -616,6 +626,9 @@ class DeliveryResult:
     status: int | None  # the HTTP status, None when no response came (timeout, refused, ...)
     retry_after: int | None = None  # seconds, from a 429 or 503 Retry-After header
     error: str | None = None
+    # False when the request never left (no connection to the endpoint came free in time): it is not
+    # an attempt, nothing is recorded against the endpoint, and the event is tried again
+    attempted: bool = True
 
     @property
     def ok(self) -> bool:

@@ -45,6 +45,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from decimal import Decimal
 from typing import Any
@@ -75,6 +76,7 @@ from paymentcore.ports import (
     CollectionResult,
     DeliveryResult,
     DeliveryTarget,
+    NetworkError,
     NetworkOutcome,
     PayoutRequest,
     PayoutResult,
@@ -96,10 +98,15 @@ class ManualNetwork:
 
     ``complete(ref)`` / ``fail(ref, category)`` decide a collection or a payout; an undecided one stays
     pending for ever. ``refuse(ref)`` makes a payout's dispatch fail; ``moved(ref, bool)`` answers a
-    resolution.
+    resolution. ``hang(provider)`` makes every call for that provider block (as a mobile network that
+    does not answer) until ``unhang(provider)``, or fail as unanswered after ``hang_timeout`` seconds:
+    with a running worker, the other providers' work goes on meanwhile.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, hang_timeout: float = 30.0) -> None:
+        self.hang_timeout = hang_timeout
+        self._hanging: dict[str, threading.Event] = {}
+        self.hung_calls: Counter[str] = Counter()  # provider -> calls that were held
         self._lock = threading.Lock()
         self.on_decision: list[Callable[[str], None]] = []  # told the reference of each decision
         self.collections: dict[str, CollectionRequest] = {}
@@ -133,13 +140,36 @@ class ManualNetwork:
         with self._lock:
             self._moved[reference] = moved
 
+    def hang(self, provider: str) -> None:
+        """Every call for ``provider`` (a code such as ``mtn_cm``) blocks from now on."""
+        with self._lock:
+            self._hanging.setdefault(provider, threading.Event())
+
+    def unhang(self, provider: str) -> None:
+        """The provider answers again: calls held so far fail as unanswered, new ones go through."""
+        with self._lock:
+            released = self._hanging.pop(provider, None)
+        if released is not None:
+            released.set()
+
+    def _hold(self, provider: str) -> None:
+        with self._lock:
+            hanging = self._hanging.get(provider)
+            if hanging is not None:
+                self.hung_calls[provider] += 1
+        if hanging is not None:
+            hanging.wait(self.hang_timeout)
+            raise NetworkError(f"the test network's provider {provider} did not answer")
+
     # --- the Network port ------------------------------------------------------------------------
 
     def request_collection(self, request: CollectionRequest) -> None:
+        self._hold(request.provider)
         with self._lock:
             self.collections[request.reference] = request
 
     def collection_status(self, request: CollectionRequest, now: int) -> CollectionResult:
+        self._hold(request.provider)
         with self._lock:
             outcome, category = self._outcomes.get(request.reference, (NetworkOutcome.PENDING, None))
         if outcome is NetworkOutcome.FAILED:
@@ -147,6 +177,7 @@ class ManualNetwork:
         return CollectionResult(outcome)
 
     def send_payout(self, request: PayoutRequest) -> PayoutResult:
+        self._hold(request.provider)
         with self._lock:
             self.payouts[request.reference] = request
             self.send_count[request.reference] = self.send_count.get(request.reference, 0) + 1
@@ -155,6 +186,7 @@ class ManualNetwork:
         return PayoutResult(NetworkOutcome.SUCCESS, provider_reference="TEST-" + request.reference)
 
     def payout_status(self, request: PayoutRequest, now: int) -> PayoutResult:
+        self._hold(request.provider)
         with self._lock:
             outcome, category = self._outcomes.get(request.reference, (NetworkOutcome.PENDING, None))
         return PayoutResult(outcome, provider_reference="TEST-" + request.reference, reason=category)

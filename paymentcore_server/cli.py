@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import logging
+import math
 import os
 import signal
 import sqlite3
@@ -267,6 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--public-url", default=None)
     serve.add_argument("--network", default="sandbox", choices=["sandbox"])
     serve.add_argument("--sandbox-delay", type=float, default=2.0)
+    _sandbox_hang_flags(serve)
     serve.add_argument("--webhook-retry-delays", default=None)
     serve.add_argument("--allow-private-webhooks", action="store_true")
     serve.add_argument("--demo", action="store_true")
@@ -278,6 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     worker = sub.add_parser("worker", parents=[common], help="run the background work alone")
     worker.add_argument("--sandbox-delay", type=float, default=2.0)
+    _sandbox_hang_flags(worker)
     worker.add_argument("--webhook-retry-delays", default=None)
     worker.add_argument("--allow-private-webhooks", action="store_true")
     worker.add_argument("--public-url", default=None)
@@ -427,10 +430,42 @@ def describe_db(db: str) -> str:
     return f"{scheme}://{user}@{host}" if user else f"{scheme}://{host}"
 
 
+def _seconds(text: str) -> float:
+    """A number of seconds a person typed: finite, 0 or more, at most a day."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not math.isfinite(value) or not 0 <= value <= 86_400:
+        raise argparse.ArgumentTypeError(f"seconds must be between 0 and 86400, not {text!r}")
+    return value
+
+
+def _sandbox_hang_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--sandbox-hang",
+        action="append",
+        default=[],
+        metavar="PROVIDER_OR_NUMBER",
+        help="make the sandbox hang on every call for this provider (e.g. mtn_cm) or phone number"
+        " (repeatable, or comma-separated)",
+    )
+    parser.add_argument(
+        "--sandbox-hang-seconds",
+        type=_seconds,
+        default=30.0,
+        help="how long a hanging sandbox call blocks before failing as unanswered (default 30)",
+    )
+
+
 def _server_config(args: argparse.Namespace) -> dict[str, Any]:
     changes: dict[str, Any] = {
         "sandbox_delay": args.sandbox_delay,
         "allow_private_webhooks": args.allow_private_webhooks,
+        "sandbox_hang": tuple(
+            value.strip() for flag in args.sandbox_hang for value in flag.split(",") if value.strip()
+        ),
+        "sandbox_hang_seconds": args.sandbox_hang_seconds,
     }
     delays = _retry_delays(args.webhook_retry_delays)
     if delays is not None:

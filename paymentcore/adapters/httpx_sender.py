@@ -11,6 +11,14 @@ Further guards: redirects are not followed (a 3xx is reported as the failure it 
 settings from the environment are ignored, the response body is never read, and connections are not
 kept alive, so a TLS connection verified for one name is never reused for another name that happens to
 share its address.
+
+Connections are partitioned by endpoint: each delivery target (scheme, address, port, name and path)
+has an ``httpx.Client`` of its own, holding at most ``per_endpoint`` connections, so no set of endpoints
+can take connections from another. The worker never sends more deliveries to one endpoint at once than
+that, so a delivery does not wait for a connection; if one ever has to wait until its timeout, the
+request never left: the result says it was not attempted (``DeliveryResult.attempted``), and nothing is
+recorded against the endpoint. At most ``max_endpoints`` clients are kept; the least recently used idle
+one is closed beyond that.
 """
 
 from __future__ import annotations
@@ -21,7 +29,9 @@ import ipaddress
 import math
 import re
 import ssl
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from datetime import UTC
 
@@ -97,11 +107,13 @@ def _describe(exc: Exception) -> str:
 
 
 class HttpxWebhookSender:
-    """A :class:`~paymentcore.ports.WebhookSender` on one synchronous ``httpx.Client``.
+    """A :class:`~paymentcore.ports.WebhookSender` on synchronous ``httpx.Client`` s, one per endpoint.
 
     ``verify`` is handed to httpx (True: the system's certifi bundle; an ``ssl.SSLContext`` for a
     private CA in tests). ``clock`` gives the Unix time used to turn a Retry-After date into seconds.
-    Call :meth:`close` when done.
+    ``per_endpoint`` caps the connections open to one endpoint at once (the worker sends at most that
+    many deliveries to one endpoint at once), ``max_endpoints`` the clients kept. Call :meth:`close`
+    when done.
     """
 
     def __init__(
@@ -110,19 +122,63 @@ class HttpxWebhookSender:
         verify: ssl.SSLContext | bool = True,
         user_agent: str = DEFAULT_USER_AGENT,
         clock: Callable[[], float] = time.time,
-        max_connections: int = 20,
+        per_endpoint: int = 4,
+        max_endpoints: int = 512,
     ) -> None:
         self._clock = clock
-        self._client = httpx.Client(
-            follow_redirects=False,
-            trust_env=False,
-            verify=verify,
-            headers={"User-Agent": user_agent},
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=0),
-        )
+        # one TLS context for every endpoint's client (loading the CA bundle once, not per endpoint)
+        shared = verify if isinstance(verify, ssl.SSLContext) or not verify else httpx.create_ssl_context()
+        self._verify: ssl.SSLContext | bool = shared
+        self._user_agent = user_agent
+        self._per_endpoint = per_endpoint
+        self._max_endpoints = max_endpoints
+        self._lock = threading.Lock()
+        self._clients: OrderedDict[tuple[str, str, int, str, str], _Endpoint] = OrderedDict()
 
     def close(self) -> None:
-        self._client.close()
+        with self._lock:
+            clients = list(self._clients.values())
+            self._clients.clear()
+        for endpoint in clients:
+            endpoint.client.close()
+
+    @property
+    def endpoints(self) -> int:
+        """How many endpoint clients are kept now."""
+        with self._lock:
+            return len(self._clients)
+
+    def _take(self, target: DeliveryTarget) -> _Endpoint:
+        key = (target.scheme, target.address, target.port, target.host, target.target)
+        evicted: list[_Endpoint] = []
+        with self._lock:
+            endpoint = self._clients.get(key)
+            if endpoint is None:
+                endpoint = self._clients[key] = _Endpoint(self._client())
+                for other_key, other in list(self._clients.items()):
+                    if len(self._clients) <= self._max_endpoints:
+                        break
+                    if other.users == 0 and other_key != key:
+                        evicted.append(self._clients.pop(other_key))
+            else:
+                self._clients.move_to_end(key)
+            endpoint.users += 1
+        for old in evicted:
+            old.client.close()
+        return endpoint
+
+    def _give_back(self, endpoint: _Endpoint) -> None:
+        with self._lock:
+            endpoint.users -= 1
+
+    def _client(self) -> httpx.Client:
+        return httpx.Client(
+            follow_redirects=False,
+            trust_env=False,
+            verify=self._verify,
+            headers={"User-Agent": self._user_agent},
+            limits=httpx.Limits(max_connections=self._per_endpoint, max_keepalive_connections=0),
+        )
 
     def send(
         self, target: DeliveryTarget, headers: Mapping[str, str], body: bytes, timeout: float
@@ -148,11 +204,28 @@ class HttpxWebhookSender:
         request_headers["Content-Type"] = "application/json"
         extensions = {"sni_hostname": target.host} if target.scheme == "https" else {}
 
+        endpoint = self._take(target)
         try:
-            request = self._client.build_request(
-                "POST", url, headers=request_headers, content=body, timeout=timeout, extensions=extensions
+            return self._post(endpoint.client, url, request_headers, body, timeout, extensions)
+        finally:
+            self._give_back(endpoint)
+
+    def _post(
+        self,
+        client: httpx.Client,
+        url: str,
+        headers: dict[str, str],
+        body: bytes,
+        timeout: float,
+        extensions: dict[str, str],
+    ) -> DeliveryResult:
+        try:
+            request = client.build_request(
+                "POST", url, headers=headers, content=body, timeout=timeout, extensions=extensions
             )
-            response = self._client.send(request, stream=True)
+            response = client.send(request, stream=True)
+        except httpx.PoolTimeout:  # the request never left: not an attempt, not the endpoint's failure
+            return DeliveryResult(status=None, error="no connection came free", attempted=False)
         except httpx.TimeoutException:
             return DeliveryResult(status=None, error=f"no response within {timeout:g} seconds")
         except (httpx.HTTPError, httpx.InvalidURL, OSError) as exc:
@@ -166,3 +239,13 @@ class HttpxWebhookSender:
             response.close()  # the body is never read: the status is all a delivery needs
         error = f"redirect not followed (HTTP {status})" if 300 <= status < 400 else None
         return DeliveryResult(status=status, retry_after=retry_after, error=error)
+
+
+class _Endpoint:
+    """One endpoint's client and how many sends are using it now."""
+
+    __slots__ = ("client", "users")
+
+    def __init__(self, client: httpx.Client) -> None:
+        self.client = client
+        self.users = 0

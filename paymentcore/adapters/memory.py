@@ -37,10 +37,14 @@ from paymentcore._models import (
 from paymentcore._queries import (
     collection_due_order,
     collection_is_due,
+    collection_lane,
     counts_as_spent,
     event_is_due,
+    event_lane,
+    in_turns,
     payout_due_order,
     payout_is_due,
+    payout_lane,
 )
 from paymentcore.ports import StoreUnavailableError
 
@@ -216,9 +220,11 @@ class _Collections(_Repository):
     def update(self, collection: Collection) -> None:
         self._t.update("collections", collection.reference, collection)
 
-    def due(self, now: int, limit: int) -> list[Collection]:
+    def due(self, now: int, limit: int, *, per_lane: int | None = None) -> list[Collection]:
         due = [c for c in self._t.values("collections") if collection_is_due(c, now)]
         due.sort(key=collection_due_order)
+        if per_lane is not None:
+            due = in_turns(due, collection_lane, per_lane)
         return due[:limit]
 
     def count_due(self, now: int) -> int:
@@ -262,9 +268,11 @@ class _Payouts(_Repository):
     def update(self, payout: Payout) -> None:
         self._t.update("payouts", payout.reference, payout)
 
-    def due(self, now: int, limit: int) -> list[Payout]:
+    def due(self, now: int, limit: int, *, per_lane: int | None = None) -> list[Payout]:
         due = [p for p in self._t.values("payouts") if payout_is_due(p, now)]
         due.sort(key=payout_due_order)
+        if per_lane is not None:
+            due = in_turns(due, payout_lane, per_lane)
         return due[:limit]
 
     def count_due(self, now: int) -> int:
@@ -424,10 +432,22 @@ class _Outbox(_Repository):
     def update(self, event: Event) -> None:
         self._t.update("events", event.id, event)
 
-    def due(self, now: int, limit: int) -> list[Event]:
+    def due(self, now: int, limit: int, *, per_lane: int | None = None) -> list[Event]:
         due = [e for e in self._t.values("events") if event_is_due(e, now)]
         due.sort(key=lambda e: e.created_at)  # stable: insertion order within a millisecond
+        if per_lane is not None:
+            due = in_turns(due, event_lane, per_lane)
         return due[:limit]
+
+    def defer(self, merchant_id: str, until: int) -> int:
+        moved = [
+            e
+            for e in self._t.values("events")
+            if e.merchant_id == merchant_id and event_is_due(e, until - 1)
+        ]
+        for event in moved:
+            self._t.update("events", event.id, attrs.evolve(event, next_attempt_at=until))
+        return len(moved)
 
     def count_due(self, now: int) -> int:
         return sum(1 for e in self._t.values("events") if event_is_due(e, now))

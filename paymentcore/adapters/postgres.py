@@ -603,6 +603,17 @@ class _Rows:
         return self.many(codec, rest, (*params, limit))
 
 
+def _in_turns(table: str, key: str, lane: str, due: str, order: str) -> str:
+    """The rest of a SELECT over ``table`` listing the rows meeting ``due`` in turns over ``lane``
+    (``_queries.in_turns``): each row ranked within its lane in ``order``, at most ``%(per_lane)s`` of
+    a lane, every lane's first row before any lane's second; then ``LIMIT %(limit)s``."""
+    return (
+        f"JOIN (SELECT {key} AS turn_key, row_number() OVER (PARTITION BY {lane} ORDER BY {order})"
+        f" AS turn FROM {table} WHERE {due}) AS turns ON turns.turn_key = {table}.{key}"
+        f" WHERE turn <= %(per_lane)s ORDER BY turn, {order} LIMIT %(limit)s"
+    )
+
+
 class _Repository:
     def __init__(self, rows: _Rows) -> None:
         self._rows = rows
@@ -692,12 +703,20 @@ class _Collections(_Repository):
         " AND submitted_at IS NULL AND expires_at <= %(now)s"
     )
 
-    def due(self, now: int, limit: int) -> list[Collection]:
+    def due(self, now: int, limit: int, *, per_lane: int | None = None) -> list[Collection]:
         # _queries.collection_is_due, one indexed branch each, in _queries.collection_due_order
+        order = "LEAST(expires_at, coalesce(next_check_at, expires_at)), collections.reference"
+        if per_lane is not None:  # _queries.in_turns over _queries.collection_lane
+            return self._rows.many(
+                _COLLECTIONS,
+                _in_turns(
+                    "collections", "reference", "coalesce(provider, '')", f"reference IN ({self._DUE})", order
+                ),
+                {"now": now, "per_lane": per_lane, "limit": limit},
+            )
         return self._rows.many(
             _COLLECTIONS,
-            f"WHERE reference IN ({self._DUE})"
-            " ORDER BY LEAST(expires_at, coalesce(next_check_at, expires_at)), reference LIMIT %(limit)s",
+            f"WHERE reference IN ({self._DUE}) ORDER BY {order} LIMIT %(limit)s",
             {"now": now, "limit": limit},
         )
 
@@ -739,13 +758,18 @@ class _Payouts(_Repository):
     def update(self, payout: Payout) -> None:
         self._rows.update(_PAYOUTS, payout)
 
-    def due(self, now: int, limit: int) -> list[Payout]:
+    def due(self, now: int, limit: int, *, per_lane: int | None = None) -> list[Payout]:
         # _queries.payout_is_due, in _queries.payout_due_order
+        due = f"next_check_at IS NOT NULL AND next_check_at <= %(now)s AND {_DUE_PAYOUT}"
+        order = "next_check_at, payouts.reference"
+        if per_lane is not None:  # _queries.in_turns over _queries.payout_lane
+            return self._rows.many(
+                _PAYOUTS,
+                _in_turns("payouts", "reference", "provider", due, order),
+                {"now": now, "per_lane": per_lane, "limit": limit},
+            )
         return self._rows.many(
-            _PAYOUTS,
-            f"WHERE next_check_at IS NOT NULL AND next_check_at <= %s AND {_DUE_PAYOUT}"
-            " ORDER BY next_check_at, reference LIMIT %s",
-            (now, limit),
+            _PAYOUTS, f"WHERE {due} ORDER BY {order} LIMIT %(limit)s", {"now": now, "limit": limit}
         )
 
     def count_due(self, now: int) -> int:
@@ -943,13 +967,27 @@ class _Outbox(_Repository):
     def update(self, event: Event) -> None:
         self._rows.update(_EVENTS, event)
 
-    def due(self, now: int, limit: int) -> list[Event]:
+    def due(self, now: int, limit: int, *, per_lane: int | None = None) -> list[Event]:
         # _queries.event_is_due, oldest first
+        due = f"{_DUE_EVENT} AND next_attempt_at <= %(now)s"
+        order = "events.created_at, events.seq"
+        if per_lane is not None:  # _queries.in_turns over _queries.event_lane
+            return self._rows.many(
+                _EVENTS,
+                _in_turns("events", "id", "merchant_id", due, order),
+                {"now": now, "per_lane": per_lane, "limit": limit},
+            )
         return self._rows.many(
-            _EVENTS,
-            f"WHERE {_DUE_EVENT} AND next_attempt_at <= %s ORDER BY created_at, seq LIMIT %s",
-            (now, limit),
+            _EVENTS, f"WHERE {due} ORDER BY {order} LIMIT %(limit)s", {"now": now, "limit": limit}
         )
+
+    def defer(self, merchant_id: str, until: int) -> int:
+        cursor = self._rows.write(
+            f"UPDATE events SET next_attempt_at = %s WHERE merchant_id = %s AND {_DUE_EVENT}"
+            " AND next_attempt_at < %s",
+            (until, merchant_id, until),
+        )
+        return cursor.rowcount
 
     def count_due(self, now: int) -> int:
         return self._rows.scalar(

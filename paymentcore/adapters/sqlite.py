@@ -547,6 +547,17 @@ class _Rows:
         return self.many(codec, rest, (*params, limit))
 
 
+def _in_turns(table: str, key: str, lane: str, due: str, order: str) -> str:
+    """The rest of a SELECT over ``table`` listing the rows meeting ``due`` in turns over ``lane``
+    (``_queries.in_turns``): each row ranked within its lane in ``order``, at most ``?`` (per lane) of a
+    lane, every lane's first row before any lane's second; then ``LIMIT ?``. ``key`` names a row."""
+    return (
+        f"JOIN (SELECT {key} AS turn_key, row_number() OVER (PARTITION BY {lane} ORDER BY {order})"
+        f" AS turn FROM {table} WHERE {due}) AS turns ON turns.turn_key = {table}.{key}"
+        f" WHERE turn <= ? ORDER BY turn, {order} LIMIT ?"
+    )
+
+
 class _Repository:
     def __init__(self, rows: _Rows) -> None:
         self._rows = rows
@@ -630,18 +641,23 @@ class _Collections(_Repository):
     def update(self, collection: Collection) -> None:
         self._rows.update(_COLLECTIONS, collection)
 
-    def due(self, now: int, limit: int) -> list[Collection]:
+    def due(self, now: int, limit: int, *, per_lane: int | None = None) -> list[Collection]:
         # _queries.collection_is_due, one indexed branch each, in _queries.collection_due_order
-        return self._rows.many(
-            _COLLECTIONS,
-            "WHERE reference IN ("
+        due = (
+            "reference IN ("
             f" SELECT reference FROM collections WHERE {_CHECK_COLLECTION}"
             "  AND next_check_at <= ?"
             f" UNION SELECT reference FROM collections WHERE {_EXPIRE_COLLECTION}"
             "  AND submitted_at IS NULL AND expires_at <= ?)"
-            " ORDER BY min(expires_at, coalesce(next_check_at, expires_at)), reference LIMIT ?",
-            (now, now, limit),
         )
+        order = "min(expires_at, coalesce(next_check_at, expires_at)), reference"
+        if per_lane is not None:  # _queries.in_turns over _queries.collection_lane
+            return self._rows.many(
+                _COLLECTIONS,
+                _in_turns("collections", "reference", "coalesce(provider, '')", due, order),
+                (now, now, per_lane, limit),
+            )
+        return self._rows.many(_COLLECTIONS, f"WHERE {due} ORDER BY {order} LIMIT ?", (now, now, limit))
 
     def count_due(self, now: int) -> int:
         row = self._rows.conn.execute(
@@ -689,14 +705,15 @@ class _Payouts(_Repository):
     def update(self, payout: Payout) -> None:
         self._rows.update(_PAYOUTS, payout)
 
-    def due(self, now: int, limit: int) -> list[Payout]:
+    def due(self, now: int, limit: int, *, per_lane: int | None = None) -> list[Payout]:
         # _queries.payout_is_due, in _queries.payout_due_order
-        return self._rows.many(
-            _PAYOUTS,
-            f"WHERE next_check_at IS NOT NULL AND next_check_at <= ? AND {_DUE_PAYOUT}"
-            " ORDER BY next_check_at, reference LIMIT ?",
-            (now, limit),
-        )
+        due = f"next_check_at IS NOT NULL AND next_check_at <= ? AND {_DUE_PAYOUT}"
+        order = "next_check_at, reference"
+        if per_lane is not None:  # _queries.in_turns over _queries.payout_lane
+            return self._rows.many(
+                _PAYOUTS, _in_turns("payouts", "reference", "provider", due, order), (now, per_lane, limit)
+            )
+        return self._rows.many(_PAYOUTS, f"WHERE {due} ORDER BY {order} LIMIT ?", (now, limit))
 
     def count_due(self, now: int) -> int:
         row = self._rows.conn.execute(
@@ -881,13 +898,24 @@ class _Outbox(_Repository):
     def update(self, event: Event) -> None:
         self._rows.update(_EVENTS, event)
 
-    def due(self, now: int, limit: int) -> list[Event]:
+    def due(self, now: int, limit: int, *, per_lane: int | None = None) -> list[Event]:
         # _queries.event_is_due, oldest first
-        return self._rows.many(
-            _EVENTS,
-            f"WHERE {_DUE_EVENT} AND next_attempt_at <= ? ORDER BY created_at, rowid LIMIT ?",
-            (now, limit),
+        due = f"{_DUE_EVENT} AND next_attempt_at <= ?"
+        if per_lane is not None:  # _queries.in_turns over _queries.event_lane
+            return self._rows.many(
+                _EVENTS,
+                _in_turns("events", "rowid", "merchant_id", due, "events.created_at, events.rowid"),
+                (now, per_lane, limit),
+            )
+        return self._rows.many(_EVENTS, f"WHERE {due} ORDER BY created_at, rowid LIMIT ?", (now, limit))
+
+    def defer(self, merchant_id: str, until: int) -> int:
+        cursor = self._rows.conn.execute(
+            f"UPDATE events SET next_attempt_at = ? WHERE merchant_id = ? AND {_DUE_EVENT}"
+            " AND next_attempt_at < ?",
+            (until, merchant_id, until),
         )
+        return cursor.rowcount
 
     def count_due(self, now: int) -> int:
         row = self._rows.conn.execute(

@@ -79,3 +79,92 @@ def test_a_held_up_lane_keeps_its_place_while_the_other_lanes_go_on() -> None:
     finally:
         runner.release.set()
         pump.stop()
+
+
+class HangingLanes(Runner[str, str]):
+    """Items on lanes; every item of a lane named ``hang-*`` blocks until released. Records when each
+    item started and the most items in flight at once."""
+
+    def __init__(self, items: dict[str, str]) -> None:
+        self.items = items
+        self.started: dict[str, float] = {}
+        self.finished: set[str] = set()
+        self.running = 0
+        self.most_running = 0
+        self.lock = threading.Lock()
+        self.release = threading.Event()
+
+    def due(self, limit: int) -> Sequence[Due]:
+        with self.lock:
+            done = set(self.finished)
+        return [Due(key, lane) for key, lane in self.items.items() if key not in done][:limit]
+
+    def run_one(self, key: str, *, max_steps: int = 3) -> str | None:
+        with self.lock:
+            self.started.setdefault(key, time.monotonic())
+            self.running += 1
+            self.most_running = max(self.most_running, self.running)
+        try:
+            if self.items[key].startswith("hang-"):
+                self.release.wait(DEADLINE)
+                return None
+            with self.lock:
+                self.finished.add(key)
+            return "done"
+        finally:
+            with self.lock:
+                self.running -= 1
+
+
+def test_a_lane_with_thousands_due_gets_no_more_turns_than_a_lane_with_one() -> None:
+    items = {f"big-{n}": "big" for n in range(3000)}
+    items["small-0"] = "small"  # listed last, after every item of the big lane
+    runner = HangingLanes(items)
+    pump = Pump(runner, name="test", concurrency=4, per_lane=4, interval=0.05, scan=5000)
+    pump.start()
+    try:
+        deadline = time.monotonic() + DEADLINE
+        while "small-0" not in runner.started and time.monotonic() < deadline:
+            time.sleep(0.005)
+        with runner.lock:
+            before = sum(1 for key, at in runner.started.items() if at < runner.started["small-0"])
+        assert before <= 4, before  # the small lane's only item went in the first round of turns
+    finally:
+        pump.stop()
+
+
+def test_more_hanging_lanes_than_fresh_slots_leave_a_healthy_lane_a_free_slot() -> None:
+    # 40 lanes hang at once, five times the fresh pool: each is told apart after 0.3 s and parked in
+    # the slow pool, one item a lane, so the fresh pool frees up for a lane that answers
+    items = {f"h{n}-{k}": f"hang-{n}" for n in range(40) for k in range(3)}
+    runner = HangingLanes(items)
+    pump = Pump(
+        runner,
+        name="test",
+        concurrency=8,
+        per_lane=4,
+        first_per_lane=1,
+        slow_concurrency=48,
+        slow_per_lane=1,
+        slow_after=0.3,
+        interval=0.02,
+    )
+    pump.start()
+    try:
+        time.sleep(1.0)  # the hanging lanes have filled every slot they can take
+        runner.items["healthy-0"] = "healthy"
+        added = time.monotonic()
+        deadline = added + DEADLINE
+        while "healthy-0" not in runner.finished and time.monotonic() < deadline:
+            time.sleep(0.005)
+        waited = runner.started["healthy-0"] - added
+        assert waited < 1.0, waited  # the hanging lanes are parked by now: never a hang's length
+        assert runner.most_running <= 8 + 48, runner.most_running  # the pools bound the threads
+        fresh, slow = pump.pools()
+        assert slow <= 48 and fresh <= 8
+        assert len(pump.suspect_lanes()) == 40  # every hanging lane was told apart
+        with runner.lock:  # a suspect lane holds one item at a time, however many it has due
+            assert runner.running == 40, runner.running
+    finally:
+        runner.release.set()
+        pump.stop()

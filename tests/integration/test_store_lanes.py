@@ -1,0 +1,150 @@
+"""Storage contract for partitioned work, on every store (memory, SQLite, PostgreSQL).
+
+``due(..., per_lane=N)`` lists what is due in turns over its lanes (``_queries.in_turns``): every lane's
+first item, then every lane's second, at most N of a lane; ``outbox.defer`` moves an endpoint's waiting
+events behind the attempt that probes it.
+"""
+
+from __future__ import annotations
+
+import random
+
+import attrs
+from test_store_contract import NOW, collection, event, payout  # type: ignore[import-not-found, unused-ignore]
+
+from paymentcore._models import CollectionStatus, DeliveryStatus, PayoutStatus
+from paymentcore._queries import collection_lane, event_lane, in_turns, payout_lane
+from paymentcore.ports import Store
+
+
+def test_in_turns_takes_each_lane_in_turn_and_caps_a_lane() -> None:
+    items = ["a1", "a2", "a3", "a4", "b1", "c1", "c2"]
+    assert in_turns(items, lambda item: item[0], 10) == ["a1", "b1", "c1", "a2", "c2", "a3", "a4"]
+    assert in_turns(items, lambda item: item[0], 2) == ["a1", "b1", "c1", "a2", "c2"]
+
+
+def test_due_payouts_in_turns_over_providers(store: Store) -> None:
+    rows = [
+        attrs.evolve(payout(f"PO-mtn-{n}", next_check_at=NOW - 100 + n), provider="mtn_cm") for n in range(5)
+    ]
+    rows += [attrs.evolve(payout("PO-orange-0", next_check_at=NOW - 1), provider="orange_cm")]
+    rows += [
+        attrs.evolve(
+            payout("PO-orange-held", next_check_at=NOW - 1, awaiting_review=True), provider="orange_cm"
+        )
+    ]
+    with store.transaction() as tx:
+        for p in rows:
+            tx.payouts.add(p)
+    with store.read() as tx:
+        listed = [p.reference for p in tx.payouts.due(NOW, 100, per_lane=3)]
+        assert listed == ["PO-mtn-0", "PO-orange-0", "PO-mtn-1", "PO-mtn-2"]
+        assert [p.reference for p in tx.payouts.due(NOW, 2, per_lane=3)] == ["PO-mtn-0", "PO-orange-0"]
+        # without per_lane: the plain due order, as before
+        assert [p.reference for p in tx.payouts.due(NOW, 3)] == ["PO-mtn-0", "PO-mtn-1", "PO-mtn-2"]
+
+
+def test_due_events_in_turns_over_merchants(store: Store) -> None:
+    rows = [event(f"evt_big_{n}", merchant_id="mer_big", created_at=NOW - 1000 + n) for n in range(50)]
+    rows += [event("evt_small", merchant_id="mer_small", created_at=NOW - 1)]
+    rows += [
+        event("evt_done", merchant_id="mer_small", created_at=NOW - 2000, status=DeliveryStatus.DELIVERED)
+    ]
+    with store.transaction() as tx:
+        for e in rows:
+            tx.outbox.add(e)
+    with store.read() as tx:
+        # an endpoint with 50 events due stands no further ahead than one with a single event
+        assert [e.id for e in tx.outbox.due(NOW, 2, per_lane=10)] == ["evt_big_0", "evt_small"]
+        assert len(tx.outbox.due(NOW, 100, per_lane=10)) == 11
+        assert [e.id for e in tx.outbox.due(NOW, 2)] == ["evt_big_0", "evt_big_1"]
+
+
+def test_due_collections_in_turns_over_providers(store: Store) -> None:
+    rows = [
+        attrs.evolve(
+            collection(f"REQ-mtn-{n}", status=CollectionStatus.PROCESSING, next_check_at=NOW - 50 + n),
+            provider="mtn_cm",
+        )
+        for n in range(4)
+    ]
+    rows.append(
+        attrs.evolve(
+            collection("REQ-orange", status=CollectionStatus.PROCESSING, next_check_at=NOW - 1),
+            provider="orange_cm",
+        )
+    )
+    rows.append(collection("REQ-unpaid-checkout", expires_at=NOW - 10))  # no provider yet
+    with store.transaction() as tx:
+        for c in rows:
+            tx.collections.add(c)
+    with store.read() as tx:
+        listed = [c.reference for c in tx.collections.due(NOW, 100, per_lane=2)]
+        assert listed == ["REQ-mtn-0", "REQ-unpaid-checkout", "REQ-orange", "REQ-mtn-1"]
+
+
+def test_due_in_turns_agrees_with_the_one_definition_on_random_records(store: Store) -> None:
+    rng = random.Random(7)
+    providers = ["mtn_cm", "orange_cm", "moov_ci", "wave_sn"]
+    payouts = [
+        attrs.evolve(
+            payout(
+                f"PO-{n:03d}",
+                status=rng.choice([PayoutStatus.PENDING, PayoutStatus.SENT, PayoutStatus.PAID]),
+                next_check_at=NOW - rng.randrange(0, 1000),
+            ),
+            provider=rng.choice(providers),
+        )
+        for n in range(120)
+    ]
+    merchants = [f"mer_{n}" for n in range(6)]
+    events = [
+        event(f"evt_{n:03d}", merchant_id=rng.choice(merchants), created_at=NOW - rng.randrange(0, 1000))
+        for n in range(120)
+    ]
+    with store.transaction() as tx:
+        for p in payouts:
+            tx.payouts.add(p)
+        for e in events:
+            tx.outbox.add(e)
+    with store.read() as tx:
+        for per_lane, limit in ((1, 100), (5, 17), (50, 1000)):
+            plain_payouts = tx.payouts.due(NOW, 1000)
+            assert (
+                tx.payouts.due(NOW, limit, per_lane=per_lane)
+                == in_turns(plain_payouts, payout_lane, per_lane)[:limit]
+            )
+            plain_events = tx.outbox.due(NOW, 1000)
+            assert (
+                tx.outbox.due(NOW, limit, per_lane=per_lane)
+                == in_turns(plain_events, event_lane, per_lane)[:limit]
+            )
+            plain_collections = tx.collections.due(NOW, 1000)
+            assert (
+                tx.collections.due(NOW, limit, per_lane=per_lane)
+                == in_turns(plain_collections, collection_lane, per_lane)[:limit]
+            )
+
+
+def test_defer_moves_only_the_merchants_waiting_events(store: Store) -> None:
+    rows = [
+        event("evt_a1", merchant_id="mer_a", next_attempt_at=NOW - 5),
+        event("evt_a2", merchant_id="mer_a", next_attempt_at=NOW + 50),
+        event("evt_a_later", merchant_id="mer_a", next_attempt_at=NOW + 5000),
+        event("evt_a_done", merchant_id="mer_a", status=DeliveryStatus.DELIVERED, next_attempt_at=NOW - 5),
+        event("evt_b", merchant_id="mer_b", next_attempt_at=NOW - 5),
+    ]
+    with store.transaction() as tx:
+        for e in rows:
+            tx.outbox.add(e)
+    with store.transaction() as tx:
+        assert tx.outbox.defer("mer_a", NOW + 1000) == 2
+    with store.read() as tx:
+        after = {e.id: e.next_attempt_at for e in (tx.outbox.get(r.id) for r in rows) if e is not None}
+    assert after == {
+        "evt_a1": NOW + 1000,
+        "evt_a2": NOW + 1000,
+        "evt_a_later": NOW + 5000,
+        "evt_a_done": NOW - 5,
+        "evt_b": NOW - 5,
+    }
