@@ -8,7 +8,7 @@
 
 All three run through the same ``uvicorn.run`` call (:data:`UVICORN_FLAGS`), so they differ only in the
 app. uvicorn picks its event loop and HTTP parser with ``auto`` as ``paymentcore serve`` does: uvloop and
-httptools when installed (the ``bench`` extra), asyncio and h11 otherwise.
+httptools when installed (every install has them: uvicorn's standard extras), asyncio and h11 otherwise.
 """
 
 from __future__ import annotations

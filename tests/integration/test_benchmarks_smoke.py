@@ -5,8 +5,10 @@ never a speed figure: CI runs on whatever machine it gets. wrk is used when inst
 forces the Python load generator so the fallback keeps working on machines that have wrk.
 
 With a PostgreSQL server (``$PAYMENTCORE_BENCH_POSTGRES_URL`` or ``$PAYMENTCORE_TEST_POSTGRES_URL``, as
-CI sets) the quick run also loads the server on PostgreSQL and two server processes on one PostgreSQL
-database, and their gate is asserted too; without one, the run says it skipped those rounds.
+CI sets, or the session's own cluster, which tests/conftest.py starts where the server binaries are
+installed and exports in the second variable) the quick run also loads the server on PostgreSQL and two
+server processes on one PostgreSQL database, and their gate is asserted too; without one, the run says it
+skipped those rounds.
 """
 
 from __future__ import annotations
@@ -20,18 +22,24 @@ from typing import Any
 
 import pytest
 
+from conftest import available_postgres_url  # type: ignore[import-not-found, unused-ignore]
+
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "benchmarks" / "run.py"
 
 pytestmark = pytest.mark.slow
-POSTGRES = any(
-    os.environ.get(name, "").strip()
-    for name in ("PAYMENTCORE_BENCH_POSTGRES_URL", "PAYMENTCORE_TEST_POSTGRES_URL")
-)
 SPLIT_KINDS = {"disburse", "charge", "getref", "replay"}
 
 
+def postgres_available() -> bool:
+    """Whether benchmarks/run.py finds a PostgreSQL server in its environment (ours: it inherits it)."""
+    if os.environ.get("PAYMENTCORE_BENCH_POSTGRES_URL", "").strip():
+        return True
+    return available_postgres_url() is not None
+
+
 def run_quick(tmp_path: Path, *extra: str) -> dict[str, Any]:
+    postgres_available()  # starts the session's cluster first, where that is how PostgreSQL is had
     results = tmp_path / "results"
     places = ["--results-dir", str(results), "--workdir", str(tmp_path / "db")]
     command = [sys.executable, str(RUN), "--quick", *places]
@@ -64,14 +72,14 @@ def test_quick_run_passes_its_gate(tmp_path: Path) -> None:
     assert report["targets"]  # evaluated and reported, whatever they say
     check_postgres_rounds(report)
     table = "| endpoint | c | 1 process req/s | p99 ms | 2 processes req/s | p99 ms | x one |"
-    assert (table in (tmp_path / "results" / "latest.md").read_text()) == POSTGRES
+    assert (table in (tmp_path / "results" / "latest.md").read_text()) == postgres_available()
 
 
 def check_postgres_rounds(report: dict[str, Any]) -> None:
     """The PostgreSQL server ran in the same rounds (with its ratio to the echo baseline), and two
     processes on one database against one, with the gate on both databases; or they were skipped."""
     http = report["http"]
-    if not POSTGRES:
+    if not postgres_available():
         assert report["meta"]["postgres"].startswith("skipped")
         assert http["split"] == [] and not any(row["server"] == "core-PG" for row in http["summary"])
         return

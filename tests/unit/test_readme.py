@@ -15,9 +15,22 @@ def readme_commands() -> list[str]:
 
 def test_readme_has_exactly_the_two_set_up_commands() -> None:
     serve, test = readme_commands()
-    assert "paymentcore serve --demo" in serve and "pip install ." in serve
+    assert "paymentcore serve --demo" in serve
     assert "pip install -c constraints.txt -e '.[test]'" in test and "pytest" in test
     assert "mypy" in test and "ruff check" in test
+
+
+def test_both_commands_install_through_the_lock() -> None:
+    """The server a reader starts runs on the versions the tests ran on (issue 24, point 9)."""
+    serve, test = readme_commands()
+    assert serve.startswith("python3 -m pip install -c constraints.txt . && "), serve
+    assert test.startswith("python3 -m pip install -c constraints.txt -e '.[test]' && "), test
+
+
+def test_the_readme_names_the_debian_package_the_postgresql_tests_need() -> None:
+    """tests/conftest.py starts a throwaway cluster from the server binaries of Debian's postgresql."""
+    text = (ROOT / "README.md").read_text("utf-8")
+    assert "`postgresql` package" in text and "apt-get install postgresql" in text
 
 
 def test_ci_runs_the_readme_test_command_verbatim() -> None:
