@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 from decimal import Decimal
 from itertools import count
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 import httpx
@@ -55,6 +55,7 @@ pytestmark = pytest.mark.slow
 
 SETTLE_TIMEOUT = 30.0
 _numbers = count()
+T = TypeVar("T")
 
 
 @attrs.define
@@ -122,7 +123,7 @@ class Shop:
         return Client(base or self.served.base, key.api_key, **options)
 
 
-def wait_for(read: Callable[[], Any], done: Callable[[Any], bool], what: str) -> Any:
+def wait_for(read: Callable[[], T], done: Callable[[T], bool], what: str) -> T:
     deadline = time.monotonic() + SETTLE_TIMEOUT
     value = read()
     while not done(value):
@@ -313,7 +314,7 @@ def test_webhooks_and_events_through_the_client(shop: Shop) -> None:
 
         summaries = wait_for(
             lambda: shop.collect.events.list(type="collect.succeeded"),
-            lambda page: page.data and page.data[0].delivery_status is EventDeliveryStatus.DELIVERED,
+            lambda page: bool(page.data) and page.data[0].delivery_status is EventDeliveryStatus.DELIVERED,
             "the delivery",
         )
         [summary] = summaries.data
