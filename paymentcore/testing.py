@@ -287,6 +287,7 @@ class TestKit:
     sender: CapturingSender
     _app: AppThread | None = attrs.field(default=None, init=False, repr=False)
     _clients: list[Client | AsyncClient] = attrs.field(factory=list, init=False, repr=False)
+    _closed: bool = attrs.field(default=False, init=False, repr=False)
 
     @classmethod
     def create(cls, **config: Any) -> TestKit:
@@ -452,7 +453,10 @@ class TestKit:
         return self._app
 
     def close(self) -> None:
-        """Close the kit's clients, stop its app and close the core."""
+        """Close the kit's clients, stop its app and close the core (once; again does nothing)."""
+        if self._closed:
+            return
+        self._closed = True
         from paymentcore.client import Client
 
         for made in self._clients:
