@@ -104,6 +104,15 @@ def fresh_phone(prefix: str = "67") -> str:
             return number
 
 
+def new_client(
+    served: Served, merchant_id: str, scopes: list[str], base: str | None = None, **options: Any
+) -> Client:
+    """A client for a new key of the merchant (roomy rate limits, short backoff)."""
+    key = served.core.operator.create_key(merchant_id, scopes, per_minute=10_000, per_hour=100_000)
+    options.setdefault("backoff", 0.01)
+    return Client(base or served.base, key.api_key, **options)
+
+
 @attrs.define
 class Shop:
     """A fresh approved merchant with a Collect client and a Disburse client."""
@@ -118,9 +127,7 @@ class Shop:
         return self.served.core
 
     def client(self, scopes: list[str], base: str | None = None, **options: Any) -> Client:
-        key = self.core.operator.create_key(self.merchant_id, scopes, per_minute=10_000, per_hour=100_000)
-        options.setdefault("backoff", 0.01)
-        return Client(base or self.served.base, key.api_key, **options)
+        return new_client(self.served, self.merchant_id, scopes, base, **options)
 
 
 def wait_for(read: Callable[[], T], done: Callable[[T], bool], what: str) -> T:
@@ -137,9 +144,9 @@ def wait_for(read: Callable[[], T], done: Callable[[T], bool], what: str) -> T:
 @pytest.fixture
 def shop(served: Served) -> Iterator[Shop]:
     merchant = served.core.operator.create_merchant(unique("Shop"), settlement_currency="XAF")
-    made = Shop(served, merchant.id, None, None)  # type: ignore[arg-type]
-    made.collect = made.client(["collect"])
-    made.disburse = made.client(["disburse"])
+    collect = new_client(served, merchant.id, ["collect"])
+    disburse = new_client(served, merchant.id, ["disburse"])
+    made = Shop(served, merchant.id, collect, disburse)
     try:
         yield made
     finally:
