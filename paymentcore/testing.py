@@ -18,6 +18,12 @@ Use it directly::
 or through the pytest plugin, which installing paymentcore registers (the ``pytest11`` entry point) and
 which provides the ``payment_kit`` fixture.
 
+An application that talks to a paymentcore server is tested with the client it runs with:
+``kit.client(shop.id)`` is a :class:`paymentcore.client.Client` (``kit.async_client`` an
+``AsyncClient``) for a new key of the merchant, wired to the kit's core through the server's real app in
+this process (httpx's ASGI transport), so the JSON, the errors and the retries are the real ones. The
+server and httpx are imported then, never when this module is.
+
 Signatures and the two clocks. The core signs each delivery with *its* clock, and the kit's core runs
 on a :class:`FakeClock`, while the application under test verifies with the real one
 (:func:`~paymentcore._events.construct_event` and :func:`~paymentcore._signing.verify_webhook` default

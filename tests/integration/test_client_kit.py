@@ -7,6 +7,8 @@ webhooks drive it as they drive the core.
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from decimal import Decimal
@@ -136,3 +138,21 @@ def test_closing_the_kit_stops_its_app_and_closes_its_clients(kit: TestKit) -> N
 def test_the_payment_kit_fixture_gives_a_client(payment_kit: TestKit) -> None:
     shop = payment_kit.merchant()
     assert payment_kit.client(shop.id).account.balances() == []
+
+
+def test_the_kit_loads_the_server_and_httpx_only_when_a_client_is_asked_for() -> None:
+    code = (
+        "import sys\n"
+        "from paymentcore.testing import TestKit\n"
+        "watched = ('starlette', 'httpx', 'paymentcore_server', 'paymentcore.client')\n"
+        "kit = TestKit.create()\n"
+        "print(sorted(m for m in watched if m in sys.modules))\n"
+        "kit.client(kit.merchant().id).account.balances()\n"
+        "print(sorted(m for m in watched if m in sys.modules))\n"
+        "kit.close()\n"
+    )
+    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert ran.stdout.splitlines() == [
+        "[]",
+        "['httpx', 'paymentcore.client', 'paymentcore_server', 'starlette']",
+    ]
