@@ -18,6 +18,7 @@ import email.utils
 import enum
 import random
 import re
+import secrets
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -151,7 +152,7 @@ class ListCall(Generic[T]):
 
 def new_idempotency_key() -> str:
     """A fresh key for one logical create call (kept over its retries)."""
-    return "pcc_" + random.SystemRandom().getrandbits(128).to_bytes(16, "big").hex()
+    return "pcc_" + secrets.token_hex(16)
 
 
 def segment(value: str, name: str) -> str:
@@ -172,6 +173,10 @@ def body(**fields: Any) -> dict[str, Any]:
             raise InvalidRequestError(
                 f"{name} must be a Decimal or an int, never a float (write Decimal('12.50')).", param=name
             )
+        try:
+            wire.dumps(value)
+        except (TypeError, ValueError):  # not JSON (an object, a Decimal NaN): refused as the library does
+            raise InvalidRequestError(f"{name} cannot be sent: {type(value).__name__}.", param=name) from None
         out[_camel(name)] = value
     return out
 

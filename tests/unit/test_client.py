@@ -204,6 +204,10 @@ def test_a_float_is_refused_before_anything_is_sent() -> None:
         with pytest.raises(InvalidRequestError) as caught:
             call()
         assert caught.value.param == "amount" and "float" in caught.value.message
+    for amount in (Decimal("NaN"), object()):
+        with pytest.raises(InvalidRequestError) as unsendable:
+            create(client, amount=amount)
+        assert unsendable.value.param == "amount"
     assert script.requests == []
 
 
