@@ -156,3 +156,46 @@ def test_the_kit_loads_the_server_and_httpx_only_when_a_client_is_asked_for() ->
         "[]",
         "['httpx', 'paymentcore.client', 'paymentcore_server', 'starlette']",
     ]
+
+
+def test_every_call_of_the_async_client(kit: TestKit) -> None:
+    shop = kit.merchant("Async Shop")
+    client = kit.async_client(shop.id)
+
+    async def run() -> None:
+        secret = (await client.webhooks.register(url="https://shop.example/hooks")).signing_secret
+        assert await client.webhooks.get() == kit.core.webhooks.get(shop.id)
+        charge = await client.collect.charge(
+            amount=Decimal("12.50"), currency="GHS", country="GH", provider="mtn_gh", phone="241234567"
+        )
+        assert str(charge.amount) == "12.50" and charge.kind is CollectionKind.CHARGE
+        kit.settle()
+        kit.network.complete(charge.reference)
+        kit.settle()
+        settled = await client.collect.get(charge.reference)
+        assert attrs.evolve(settled, kind=CollectionKind.CHARGE) == kit.core.collect.get(
+            shop.id, charge.reference
+        )
+        checkout = await client.collect.checkout(amount=1500, currency="XAF", merchant_reference="web-1")
+        assert [c.reference async for c in await client.collect.list(limit=1)] == [
+            checkout.reference,
+            charge.reference,
+        ]
+        payout = await client.disburse.create(
+            amount=Decimal("2.50"), currency="GHS", phone="241234550", country="GH", idempotency_key="a-1"
+        )
+        assert await client.disburse.get(payout.reference) == kit.core.disburse.get(shop.id, payout.reference)
+        assert await client.disburse.limits("GHS") == kit.core.disburse.limits(shop.id, "GHS")
+        assert await client.account.balances() == kit.core.operator.balances(shop.id)
+        ledger = [item async for item in await client.account.ledger("GHS", limit=1)]
+        assert ledger == list(kit.core.operator.ledger(shop.id, "GHS").data)
+        [summary] = (await client.events.list(delivery_status=EventDeliveryStatus.DELIVERED)).data
+        assert summary == kit.core.webhooks.events(shop.id).data[0]
+        assert construct_event(secret, kit.deliveries[0].headers, kit.deliveries[0].body).id == summary.id
+        assert await client.events.get(summary.id) == kit.core.webhooks.event(shop.id, summary.id)
+        assert (await client.events.resend(summary.id)).id == summary.id
+        with pytest.raises(NotFoundError) as missing:
+            await client.events.get("evt_none")
+        assert missing.value.http_status == 404 and missing.value.request_id is not None
+
+    asyncio.run(run())
