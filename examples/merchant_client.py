@@ -1,16 +1,17 @@
-"""A merchant's client for a running paymentcore server, over plain HTTP with httpx.
+"""A merchant's integration with a running paymentcore server, through ``paymentcore.client``.
 
 It does what a merchant integration does, one step after the other:
 
-1. a direct charge: push a prompt to a phone, then poll ``GET /v1/collect/{reference}`` until final;
-2. a hosted checkout: create the payment, print its ``checkoutUrl``, then act as the payer would in a
-   browser (open the page, submit its form with a provider and a phone) and poll until final;
-3. a payout from the balance those two collections funded, with the required ``Idempotency-Key``,
-   polled until ``PAID``.
+1. a direct charge: push a prompt to a phone, then read the collection until it is final;
+2. a hosted checkout: create the payment, print its ``checkout_url``, then act as the payer would in a
+   browser (open the page, submit its form with a provider and a phone) and read it until final;
+3. a payout from the balance those two collections funded, polled until ``PAID``.
 
-Amounts go out as exact JSON numbers: the bodies hold ``int`` and ``Decimal`` values and are written
-with ``paymentcore.wire.dumps`` (a float is refused there). Responses are read back with
-``paymentcore.wire.loads``, so amounts come back as ``Decimal`` too.
+The client returns the library's own records (``Decimal`` amounts, enum statuses, aware datetimes) and
+raises the library's exceptions, exactly as the embedded core does. Every create call carries an
+``Idempotency-Key`` and is retried on a lost connection, a timeout, a 5xx or a 429 under that same key,
+so a retry never makes a second payout; the payout here passes its own key, kept with the order, which
+also makes calling again after an error safe.
 
 Start a server with a demo merchant, then run the client with the keys the server printed::
 
@@ -28,29 +29,21 @@ import random
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from decimal import Decimal
 from html.parser import HTMLParser
-from typing import Any
+from typing import TypeVar
 from urllib.parse import urljoin
 
 import httpx
 
-from paymentcore import wire
+from paymentcore import Collection, CollectionStatus, PaymentError, Payout, PayoutStatus
+from paymentcore.client import Client
 
-FINAL_COLLECTION = frozenset({"SUCCESS", "FAILED"})
-FINAL_PAYOUT = frozenset({"PAID", "FAILED", "REJECTED"})
-MAX_RATE_LIMIT_WAITS = 5
+FINAL_COLLECTION = frozenset({CollectionStatus.SUCCESS, CollectionStatus.FAILED})
+FINAL_PAYOUT = frozenset({PayoutStatus.PAID, PayoutStatus.FAILED, PayoutStatus.REJECTED})
 
-
-class ApiError(Exception):
-    """An error answer of the API: branch on ``code`` (stable), show ``message`` (human text)."""
-
-    def __init__(self, status: int, code: str, message: str, request_id: str | None) -> None:
-        super().__init__(f"HTTP {status} {code}: {message} (request {request_id})")
-        self.status = status
-        self.code = code
-        self.message = message
+R = TypeVar("R", Collection, Payout)
 
 
 def sandbox_phone(prefix: str) -> str:
@@ -86,102 +79,52 @@ class CheckoutForm(HTMLParser):
             self._in_provider_select = False
 
 
-class MerchantApi:
-    """The few calls this integration makes; every one goes through :meth:`request`."""
+class Poller:
+    """Reads a record again until its status is final, or the deadline passes."""
 
-    def __init__(
-        self, base_url: str, collect_key: str, disburse_key: str, *, poll_interval: float, deadline: float
-    ) -> None:
-        self.http = httpx.Client(base_url=base_url.rstrip("/"), timeout=15.0)
-        self.collect_key = collect_key
-        self.disburse_key = disburse_key
-        self.poll_interval = poll_interval
+    def __init__(self, interval: float, deadline: float) -> None:
+        self.interval = interval
         self.deadline = deadline
 
-    def close(self) -> None:
-        self.http.close()
-
-    def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        key: str,
-        body: dict[str, Any] | None = None,
-        idempotency_key: str | None = None,
-    ) -> dict[str, Any]:
-        headers = {"Authorization": f"Bearer {key}", "Accept": "application/json"}
-        content: bytes | None = None
-        if body is not None:
-            headers["Content-Type"] = "application/json"
-            content = wire.dumps(body).encode()
-        if idempotency_key is not None:
-            # The same key on a retry returns the original answer: safe to resend after a timeout.
-            headers["Idempotency-Key"] = idempotency_key
-        for _ in range(MAX_RATE_LIMIT_WAITS):
-            response = self.http.request(method, path, headers=headers, content=content)
-            if response.status_code == 429:  # rate limited: wait as told, then try again
-                time.sleep(min(int(response.headers.get("Retry-After", "1")), 30))
-                continue
-            data: Any = wire.loads(response.content)
-            if response.is_error:
-                raise ApiError(
-                    response.status_code,
-                    str(data.get("code")),
-                    str(data.get("message")),
-                    response.headers.get("X-Request-Id"),
-                )
-            if not isinstance(data, dict):
-                raise RuntimeError(f"{method} {path}: expected a JSON object, got {type(data).__name__}")
-            return data
-        raise RuntimeError(f"{method} {path}: still rate limited after {MAX_RATE_LIMIT_WAITS} waits")
-
-    def poll(self, path: str, *, key: str, final: frozenset[str]) -> dict[str, Any]:
-        """GET ``path`` until its ``status`` is one of ``final`` (or the deadline passes)."""
+    def until_final(self, read: Callable[[], R], final: frozenset[object]) -> R:
         give_up = time.monotonic() + self.deadline
         while True:
-            record = self.request("GET", path, key=key)
-            if record["status"] in final:
+            record = read()
+            if record.status in final:
                 return record
             if time.monotonic() > give_up:
-                raise TimeoutError(f"{path} still {record['status']} after {self.deadline} s")
-            time.sleep(self.poll_interval)
+                raise TimeoutError(f"{record.reference} still {record.status.value} after {self.deadline} s")
+            time.sleep(self.interval)
 
 
-def direct_charge(api: MerchantApi) -> dict[str, Any]:
-    body = {
-        "amount": 5000,  # XAF has no decimals: a plain int is exact
-        "currency": "XAF",
-        "country": "CM",
-        "provider": "mtn_cm",
-        "phone": sandbox_phone("67"),
-        "merchantReference": f"order-{uuid.uuid4().hex[:8]}",
-        "description": "Two bags of rice",
-    }
-    accepted = api.request(
-        "POST", "/v1/collect/charge", key=api.collect_key, body=body, idempotency_key=str(uuid.uuid4())
+def direct_charge(collect: Client, poll: Poller) -> Collection:
+    charge = collect.collect.charge(
+        amount=5000,  # XAF has no decimals: a plain int is exact
+        currency="XAF",
+        country="CM",
+        provider="mtn_cm",
+        phone=sandbox_phone("67"),
+        merchant_reference=f"order-{uuid.uuid4().hex[:8]}",
+        description="Two bags of rice",
     )
-    reference = accepted["reference"]
-    print(f"charge {reference} accepted: {accepted['status']} {accepted['amount']} {accepted['currency']}")
-    record = api.poll(f"/v1/collect/{reference}", key=api.collect_key, final=FINAL_COLLECTION)
-    print(f"charge {reference} {record['status']} (settled {record['amount']} {record['currency']})")
+    print(f"charge {charge.reference} accepted: {charge.status.value} {charge.amount} {charge.currency}")
+    record = poll.until_final(lambda: collect.collect.get(charge.reference), FINAL_COLLECTION)
+    print(f"charge {record.reference} {record.status.value} (settled {record.amount} {record.currency})")
     return record
 
 
-def hosted_checkout(api: MerchantApi) -> dict[str, Any]:
-    body = {
-        "amount": Decimal("3000"),  # a Decimal is written as an exact JSON number too
-        "currency": "XAF",
-        "description": "Order of three books",
-        "merchantReference": f"order-{uuid.uuid4().hex[:8]}",
-        "expiresInMinutes": 30,
-    }
-    created = api.request(
-        "POST", "/v1/collect/checkout", key=api.collect_key, body=body, idempotency_key=str(uuid.uuid4())
+def hosted_checkout(collect: Client, poll: Poller) -> Collection:
+    created = collect.collect.checkout(
+        amount=Decimal("3000"),  # a Decimal goes out as an exact JSON number
+        currency="XAF",
+        description="Order of three books",
+        merchant_reference=f"order-{uuid.uuid4().hex[:8]}",
+        expires_in_minutes=30,
     )
-    reference = created["reference"]
-    checkout_url = created["checkoutUrl"]
-    print(f"checkout {reference} created: {created['status']}")
+    if created.checkout_url is None:
+        raise RuntimeError(f"checkout {created.reference} has no checkout_url")
+    checkout_url = created.checkout_url
+    print(f"checkout {created.reference} created: {created.status.value}")
     print(f"checkoutUrl: {checkout_url}")
 
     # The payer's side: a browser opens the link, which needs no API key, and submits the form.
@@ -199,45 +142,45 @@ def hosted_checkout(api: MerchantApi) -> dict[str, Any]:
         # 303 See Other back to the page, which then shows the live status.
         if submitted.status_code not in (200, 303):
             raise RuntimeError(f"the checkout form was refused: HTTP {submitted.status_code}")
-    print(f"checkout {reference} form submitted with orange_cm")
+    print(f"checkout {created.reference} form submitted with orange_cm")
 
-    record = api.poll(f"/v1/collect/{reference}", key=api.collect_key, final=FINAL_COLLECTION)
-    print(f"checkout {reference} {record['status']} via {record['providerCode']} ({record['method']})")
+    record = poll.until_final(lambda: collect.collect.get(created.reference), FINAL_COLLECTION)
+    print(f"checkout {record.reference} {record.status.value} via {record.provider_code} ({record.method})")
     return record
 
 
-def payout(api: MerchantApi, amount: int) -> dict[str, Any]:
-    limits = api.request("GET", "/v1/account/disburse-limits/XAF", key=api.disburse_key)
-    if not limits["enabled"]:
-        raise RuntimeError(f"payouts are not possible: {limits['blockedBy']}: {limits['message']}")
-    balances = api.request("GET", "/v1/account/balances", key=api.disburse_key)
-    for balance in balances["balances"]:
-        print(f"balance {balance['currency']}: available {balance['available']}")
+def payout(disburse: Client, poll: Poller, amount: int) -> Payout:
+    limits = disburse.disburse.limits("XAF")
+    if not limits.enabled:
+        raise RuntimeError(f"payouts are not possible: {limits.blocked_by}: {limits.message}")
+    for balance in disburse.account.balances():
+        print(f"balance {balance.currency}: available {balance.available}")
 
-    body = {
-        "amount": amount,
-        "currency": "XAF",
-        "country": "CM",
-        "provider": "orange_cm",
-        "phone": sandbox_phone("69"),
-        "recipientName": "Supplier Ltd",
-        "merchantReference": f"settlement-{uuid.uuid4().hex[:8]}",
-    }
-    # Keep the key with the payout you mean to make: resending after a timeout must reuse it, so the
-    # money moves once. Here one key per run.
+    # Keep the key with the payout you mean to make (your own reference for it): calling again with it,
+    # after an error or a crash, answers the same payout, and the money moves once.
     idempotency_key = f"payout-{uuid.uuid4()}"
-    created = api.request(
-        "POST", "/v1/disburse", key=api.disburse_key, body=body, idempotency_key=idempotency_key
-    )
-    reference = created["reference"]
-    print(f"payout {reference} created: {created['status']} {created['amount']} {created['currency']}")
-    repeat = api.request(
-        "POST", "/v1/disburse", key=api.disburse_key, body=body, idempotency_key=idempotency_key
-    )
-    if repeat["reference"] != reference:
+    phone = sandbox_phone("69")
+    settlement = f"settlement-{uuid.uuid4().hex[:8]}"
+
+    def create() -> Payout:
+        return disburse.disburse.create(
+            amount=amount,
+            currency="XAF",
+            country="CM",
+            provider="orange_cm",
+            phone=phone,
+            recipient_name="Supplier Ltd",
+            merchant_reference=settlement,
+            idempotency_key=idempotency_key,
+        )
+
+    created = create()
+    print(f"payout {created.reference} created: {created.status.value} {created.amount} {created.currency}")
+    repeat = create()  # the same key again: the same payout, nothing moves twice
+    if repeat.reference != created.reference:
         raise RuntimeError("a repeated Idempotency-Key created a second payout")
-    record = api.poll(f"/v1/disburse/{reference}", key=api.disburse_key, final=FINAL_PAYOUT)
-    print(f"payout {reference} {record['status']} (network reference {record['providerReference']})")
+    record = poll.until_final(lambda: disburse.disburse.get(created.reference), FINAL_PAYOUT)
+    print(f"payout {record.reference} {record.status.value} (network reference {record.provider_reference})")
     return record
 
 
@@ -251,27 +194,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--deadline", type=float, default=60.0, help="seconds to wait for a final status")
     args = parser.parse_args(argv)
 
-    api = MerchantApi(
-        args.base_url,
-        args.collect_key,
-        args.disburse_key,
-        poll_interval=args.poll_interval,
-        deadline=args.deadline,
+    poll = Poller(args.poll_interval, args.deadline)
+    # One client per API key: a Collect key collects, a Disburse key pays out.
+    with (
+        Client(args.base_url, args.collect_key) as collect,
+        Client(args.base_url, args.disburse_key) as disburse,
+    ):
+        try:
+            charge = direct_charge(collect, poll)
+            checkout = hosted_checkout(collect, poll)
+            paid = payout(disburse, poll, args.payout_amount)
+        except PaymentError as error:  # the API refused: branch on error.code
+            print(f"error: {error.code}: {error.message} (request {error.request_id})", file=sys.stderr)
+            return 1
+        except (httpx.HTTPError, RuntimeError, TimeoutError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 1
+    print(
+        f"final statuses: charge={charge.status.value} checkout={checkout.status.value} "
+        f"payout={paid.status.value}"
     )
-    try:
-        charge = direct_charge(api)
-        checkout = hosted_checkout(api)
-        paid = payout(api, args.payout_amount)
-    except ApiError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    except (httpx.HTTPError, RuntimeError, TimeoutError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    finally:
-        api.close()
-    print(f"final statuses: charge={charge['status']} checkout={checkout['status']} payout={paid['status']}")
-    ok = charge["status"] == "SUCCESS" and checkout["status"] == "SUCCESS" and paid["status"] == "PAID"
+    ok = (
+        charge.status is CollectionStatus.SUCCESS
+        and checkout.status is CollectionStatus.SUCCESS
+        and paid.status is PayoutStatus.PAID
+    )
     return 0 if ok else 1
 
 

@@ -7,7 +7,9 @@
   ``complete(reference)`` or ``fail(reference, category)``;
 - captured webhook deliveries (``kit.deliveries``), signed exactly as they would go over the wire, so
   your own webhook handler can verify and process them;
-- ``kit.fund(...)`` to put money in a balance without collecting it first.
+- ``kit.fund(...)`` to put money in a balance without collecting it first;
+- ``kit.client(merchant_id)``: the HTTP client (``paymentcore.client.Client``) wired to that core
+  through the real API in this process, for an application that talks to a paymentcore server.
 
 The ``payment_kit`` fixture comes from the plugin loaded below. Run this file with::
 
@@ -25,6 +27,7 @@ import pytest
 
 from paymentcore import (
     CollectionStatus,
+    InsufficientBalanceError,
     MerchantBalance,
     PaymentCore,
     PaymentError,
@@ -36,6 +39,7 @@ from paymentcore import (
 if TYPE_CHECKING:
     # The ``payment_kit`` fixture comes from the paymentcore pytest plugin, which installing
     # paymentcore registers: nothing to list in ``pytest_plugins``.
+    from paymentcore.client import Client
     from paymentcore.testing import CapturedDelivery, TestKit
 
 
@@ -205,6 +209,43 @@ def test_payout_driven_by_hand(payment_kit: TestKit) -> None:
         assert delivery.json()["data"]["reference"] == reference
 
 
+# --- an application that talks to a paymentcore server: the same client, wired to the kit -----------
+
+
+class PayoutDesk:
+    """Pays sellers through a paymentcore *server* (``paymentcore.client.Client``), one payout per
+    settlement id: the id is the idempotency key, so paying a settlement again never pays twice."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    def pay_seller(self, settlement_id: str, phone: str, amount: Decimal) -> str:
+        payout = self.client.disburse.create(
+            amount=amount, currency="XAF", phone=phone, idempotency_key=f"settlement-{settlement_id}"
+        )
+        return payout.reference
+
+
+def test_an_http_integration_with_the_kits_client(payment_kit: TestKit) -> None:
+    kit = payment_kit
+    merchant = kit.merchant("Marketplace")
+    kit.fund(merchant.id, "XAF", 10_000)
+    desk = PayoutDesk(kit.client(merchant.id))  # what production builds as Client(url, api_key)
+
+    reference = desk.pay_seller("S-1", "690000000", Decimal(2500))
+    assert desk.pay_seller("S-1", "690000000", Decimal(2500)) == reference  # paid once
+    kit.settle()
+    kit.network.complete(reference)
+    kit.advance(seconds=1)
+    assert desk.client.disburse.get(reference).status is PayoutStatus.PAID
+    assert desk.client.account.balances() == [
+        MerchantBalance(currency="XAF", available=Decimal(7500), reserved=Decimal(0))
+    ]
+    with pytest.raises(InsufficientBalanceError) as refused:  # the API's refusal, typed
+        desk.pay_seller("S-2", "690000000", Decimal(1_000_000))
+    assert refused.value.details is not None and refused.value.details["available"] == Decimal(7500)
+
+
 def test_the_kit_without_the_fixture() -> None:
     """TestKit.create() takes Config fields, e.g. a lower prompt limit per phone number."""
     from paymentcore.testing import TestKit  # registered as a plugin by now: no warning
@@ -223,4 +264,4 @@ def test_the_kit_without_the_fixture() -> None:
             charge()
         assert refused.value.code == "RECIPIENT_BUSY"
     finally:
-        kit.core.close()
+        kit.close()

@@ -83,12 +83,21 @@ class PaymentError(Exception):
         self.message = message or self.default_message
         self.param = param
         self.details: dict[str, Any] | None = dict(details) if details is not None else None
+        #: the ``requestId`` of the answer that carried this error (``paymentcore.client``); None when
+        #: the library raised it itself
+        self.request_id: str | None = None
+        self._http_status: int | None = None
         super().__init__(self.message)
 
     @property
     def http_status(self) -> int:
-        """The HTTP status this error answers with over the API (from :data:`HTTP_STATUS`)."""
-        return HTTP_STATUS[self.code]
+        """The HTTP status this error answers with over the API (from :data:`HTTP_STATUS`); for an
+        error read from an answer (``paymentcore.client``), the status that answer really had."""
+        return HTTP_STATUS[self.code] if self._http_status is None else self._http_status
+
+    @http_status.setter
+    def http_status(self, status: int) -> None:
+        self._http_status = status
 
     def to_dict(self) -> dict[str, Any]:
         """The spec's error record, without requestId (the server adds it)."""

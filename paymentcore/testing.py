@@ -18,6 +18,12 @@ Use it directly::
 or through the pytest plugin, which installing paymentcore registers (the ``pytest11`` entry point) and
 which provides the ``payment_kit`` fixture.
 
+An application that talks to a paymentcore server is tested with the client it runs with:
+``kit.client(shop.id)`` is a :class:`paymentcore.client.Client` (``kit.async_client`` an
+``AsyncClient``) for a new key of the merchant, wired to the kit's core through the server's real app in
+this process (httpx's ASGI transport), so the JSON, the errors and the retries are the real ones. The
+server and httpx are imported then, never when this module is.
+
 Signatures and the two clocks. The core signs each delivery with *its* clock, and the kit's core runs
 on a :class:`FakeClock`, while the application under test verifies with the real one
 (:func:`~paymentcore._events.construct_event` and :func:`~paymentcore._signing.verify_webhook` default
@@ -46,16 +52,16 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from paymentcore import _ledger as ledger
 from paymentcore._bootstrap import PaymentCore
 from paymentcore._events import WebhookEvent, construct_event
-from paymentcore._models import Merchant
+from paymentcore._models import Merchant, Scope
 from paymentcore._money import parse_json, parse_positive_minor
 from paymentcore._signing import (
     EVENT_HEADER,
@@ -81,6 +87,10 @@ from paymentcore.ports import (
     PayoutRequest,
     PayoutResult,
 )
+
+if TYPE_CHECKING:  # the kit's clients load httpx (and the server) only when a test asks for one
+    from paymentcore._kit_http import AppThread
+    from paymentcore.client import AsyncClient, Client
 
 __all__ = [
     "RESTAMP_AFTER",
@@ -313,6 +323,9 @@ class TestKit:
     clock: FakeClock
     network: ManualNetwork
     sender: CapturingSender
+    _app: AppThread | None = attrs.field(default=None, init=False, repr=False)
+    _clients: list[Client | AsyncClient] = attrs.field(factory=list, init=False, repr=False)
+    _closed: bool = attrs.field(default=False, init=False, repr=False)
 
     @classmethod
     def create(cls, **config: Any) -> TestKit:
@@ -405,6 +418,95 @@ class TestKit:
         self.clock.advance(seconds, **kwargs)
         self.settle()
 
+    # --- the HTTP client, wired to this kit's core -----------------------------------------------
+
+    def client(
+        self,
+        merchant_id: str,
+        *,
+        scopes: Sequence[Scope | str] = ("collect", "disburse"),
+        max_retries: int = 2,
+        timeout: float = 30.0,
+    ) -> Client:
+        """A :class:`paymentcore.client.Client` for a new API key of ``merchant_id`` (with ``scopes``),
+        talking to this kit's core through the real HTTP app in this process (httpx's ASGI transport):
+        the same client, the same JSON and the same errors as against a server, without a port.
+
+        The key has the largest rate limits (1,000,000 a minute and an hour). The background work runs
+        only when the test calls :meth:`settle` or :meth:`advance`, as for the core. The kit closes
+        its clients in :meth:`close`.
+        """
+        from paymentcore._kit_http import SyncBridge
+        from paymentcore.client import Client
+
+        made = Client(
+            self.core.config.public_url,
+            self._key(merchant_id, scopes),
+            transport=SyncBridge(self._served()),
+            max_retries=max_retries,
+            timeout=timeout,
+        )
+        self._clients.append(made)
+        return made
+
+    def async_client(
+        self,
+        merchant_id: str,
+        *,
+        scopes: Sequence[Scope | str] = ("collect", "disburse"),
+        max_retries: int = 2,
+        timeout: float = 30.0,
+    ) -> AsyncClient:
+        """:meth:`client` for asyncio: a :class:`paymentcore.client.AsyncClient`, usable on any event
+        loop (the app runs on a loop of its own)."""
+        from paymentcore._kit_http import AsyncBridge
+        from paymentcore.client import AsyncClient
+
+        made = AsyncClient(
+            self.core.config.public_url,
+            self._key(merchant_id, scopes),
+            transport=AsyncBridge(self._served()),
+            max_retries=max_retries,
+            timeout=timeout,
+        )
+        self._clients.append(made)
+        return made
+
+    def _key(self, merchant_id: str, scopes: Sequence[Scope | str]) -> str:
+        created = self.core.operator.create_key(
+            merchant_id,
+            [str(s.value if isinstance(s, Scope) else s) for s in scopes],
+            per_minute=1_000_000,
+            per_hour=1_000_000,
+        )
+        return created.api_key
+
+    def _served(self) -> AppThread:
+        """The server's app on this kit's core, started on first use (the worker never runs in it)."""
+        if self._app is None:
+            from paymentcore._kit_http import AppThread
+            from paymentcore_server.app import create_app  # the testing kit may wire the server
+
+            self._app = AppThread(create_app(self.core, console=False))
+        return self._app
+
+    def close(self) -> None:
+        """Close the kit's clients, stop its app and close the core (once; again does nothing)."""
+        if self._closed:
+            return
+        self._closed = True
+        from paymentcore.client import Client
+
+        for made in self._clients:
+            if isinstance(made, Client):
+                made.close()
+            # an AsyncClient over the kit's bridge holds no connection: nothing is left open
+        self._clients.clear()
+        if self._app is not None:
+            self._app.close()
+            self._app = None
+        self.core.close()
+
 
 try:  # the pytest plugin part: only when pytest is there
     import pytest
@@ -414,7 +516,7 @@ try:  # the pytest plugin part: only when pytest is there
         """A fresh TestKit for one test."""
         kit = TestKit.create()
         yield kit
-        kit.core.close()
+        kit.close()
 
 except ImportError:  # pragma: no cover
     pass

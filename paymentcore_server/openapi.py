@@ -16,8 +16,9 @@ Written for code generators as much as for people:
 - a record, an enum or a list page is a named component, defined once and referenced everywhere;
 - a field that may be null says so the 3.1 way (``type: [..., "null"]`` or ``anyOf`` with
   ``{type: null}``), never with 3.0's ``nullable``;
-- amounts are ``type: number`` described as exact decimals in the currency's units (never
-  ``format: float``);
+- amounts are ``type: number`` with ``format: decimal`` (generators that know that format, such as
+  Speakeasy's or OpenAPI Generator's C# one, give them an exact decimal type; the others ignore it),
+  described as exact decimals in the currency's units (never ``format: float``);
 - ``webhooks`` describes every event the service POSTs to the merchant: the body and the headers.
 """
 
@@ -177,7 +178,7 @@ def _string(**bounds: Any) -> dict[str, Any]:
 
 def _money(description: str | None = None) -> dict[str, Any]:
     text = MONEY_DESCRIPTION if description is None else f"{description} {MONEY_DESCRIPTION}"
-    return {"type": "number", "description": text}
+    return {"type": "number", "format": "decimal", "description": text}
 
 
 def _timestamp(description: str | None = None) -> dict[str, Any]:
@@ -396,6 +397,7 @@ def _request_schemas() -> dict[str, Any]:
     return {
         "Amount": {
             "type": "number",
+            "format": "decimal",
             "exclusiveMinimum": 0,
             "description": "A JSON number, positive, within the currency's bounds (GET /v1/limits) and with "
             "no more decimals than the currency has: more precision is refused, never rounded. Strings, "

@@ -175,7 +175,7 @@ def test_amounts_are_exact_decimal_numbers(document: dict[str, Any]) -> None:
     numbers = [(where, node) for where, node in nodes(document) if "number" in types_of(node)]
     assert len(numbers) > 20
     for where, node in numbers:
-        assert "format" not in node, where  # never format: float (or double)
+        assert node["format"] == "decimal", where  # never format: float (or double)
         assert "exact decimal" in node["description"], where
     floats = [where for where, node in nodes(document) if node.get("format") in ("float", "double")]
     assert floats == []

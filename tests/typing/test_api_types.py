@@ -1,9 +1,10 @@
 """mypy's verdict on the typed API, both ways.
 
-``samples/misuse.py`` holds deliberate misuses, one a line, each marked ``# expect: <code>[, <code>...]``:
+``samples/misuse.py`` (the library) and ``samples/client_misuse.py`` (``paymentcore.client``, as an
+outside file uses it) hold deliberate misuses, one a line, each marked ``# expect: <code>[, <code>...]``:
 every marked line must be reported by ``mypy --strict`` at that line with exactly those error codes (one
-test per line), and no unmarked line may be reported. ``samples/correct_use.py``, the same operations
-done right, must be clean.
+test per line), and no unmarked line may be reported. ``samples/correct_use.py`` and
+``samples/client_correct_use.py``, the same operations done right, must be clean.
 
 mypy runs in-process (``mypy.api``), once per sample per session, with the project's configuration,
 ``--strict``, and a cache directory of its own, so that it never touches the main run's ``.mypy_cache``.
@@ -100,8 +101,13 @@ def run_mypy(sample: Path, cache_dir: Path) -> Report:
     return Report(status, errors, stdout + stderr)
 
 
-EXPECTED, MALFORMED = markers(MISUSE)
-SOURCE = MISUSE.read_text(encoding="utf-8").splitlines()
+MISUSES = {"library": MISUSE, "client": SAMPLES / "client_misuse.py"}
+CORRECT_USES = {"library": CORRECT, "client": SAMPLES / "client_correct_use.py"}
+MARKED = {name: markers(path) for name, path in MISUSES.items()}
+SOURCES = {name: path.read_text(encoding="utf-8").splitlines() for name, path in MISUSES.items()}
+CASES = [
+    (name, line, codes) for name, (expected, _) in MARKED.items() for line, codes in sorted(expected.items())
+]
 
 
 @pytest.fixture(scope="module")
@@ -109,45 +115,62 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield tmp_path_factory.mktemp("mypy-cache")
 
 
-@pytest.fixture(scope="module")
-def misuse(cache_dir: Path) -> Report:
-    return run_mypy(MISUSE, cache_dir)
+class Reports:
+    """mypy's report on each sample, run once per module (on first use)."""
+
+    def __init__(self, cache_dir: Path) -> None:
+        self.cache_dir = cache_dir
+        self.done: dict[Path, Report] = {}
+
+    def of(self, sample: Path) -> Report:
+        if sample not in self.done:
+            self.done[sample] = run_mypy(sample, self.cache_dir)
+        return self.done[sample]
 
 
 @pytest.fixture(scope="module")
-def correct_use(cache_dir: Path) -> Report:
-    return run_mypy(CORRECT, cache_dir)
+def reports(cache_dir: Path) -> Reports:
+    return Reports(cache_dir)
 
 
 def describe(errors: list[Error]) -> str:
     return "\n".join(f"  {e.line}: {e.message}  [{e.code}]" for e in errors) or "  nothing"
 
 
-def test_the_markers_parse() -> None:
-    assert not MALFORMED, f"misuse.py: malformed '# expect:' markers on lines {MALFORMED}"
-    assert len(EXPECTED) >= 10, "misuse.py has lost its marked misuses"
-    assert markers(CORRECT) == ({}, []), "correct_use.py must not expect any error"
+@pytest.mark.parametrize("sample", sorted(MISUSES))
+def test_the_markers_parse(sample: str) -> None:
+    expected, malformed = MARKED[sample]
+    assert not malformed, f"{MISUSES[sample].name}: malformed '# expect:' markers on lines {malformed}"
+    assert len(expected) >= 10, f"{MISUSES[sample].name} has lost its marked misuses"
+    assert markers(CORRECT_USES[sample]) == ({}, []), f"{CORRECT_USES[sample].name} must not expect any error"
 
 
 @pytest.mark.parametrize(
-    ("line", "codes"),
-    sorted(EXPECTED.items()),
-    ids=[f"line{line}-{'+'.join(codes)}" for line, codes in sorted(EXPECTED.items())],
+    ("sample", "line", "codes"),
+    CASES,
+    ids=[f"{sample}-line{line}-{'+'.join(codes)}" for sample, line, codes in CASES],
 )
-def test_misuse_is_reported(misuse: Report, line: int, codes: tuple[str, ...]) -> None:
-    reported = misuse.at(line)
+def test_misuse_is_reported(reports: Reports, sample: str, line: int, codes: tuple[str, ...]) -> None:
+    reported = reports.of(MISUSES[sample]).at(line)
     assert {error.code for error in reported} == set(codes), (
-        f"misuse.py:{line}: {SOURCE[line - 1].strip()}\n"
+        f"{MISUSES[sample].name}:{line}: {SOURCES[sample][line - 1].strip()}\n"
         f"expected {', '.join(codes)}; mypy reported:\n{describe(reported)}"
     )
 
 
-def test_no_unmarked_line_is_reported(misuse: Report) -> None:
-    unexpected = [error for error in misuse.errors if error.line not in EXPECTED]
-    assert not unexpected, f"misuse.py: errors on lines not marked '# expect:':\n{describe(unexpected)}"
-    assert misuse.status == 1
+@pytest.mark.parametrize("sample", sorted(MISUSES))
+def test_no_unmarked_line_is_reported(reports: Reports, sample: str) -> None:
+    report = reports.of(MISUSES[sample])
+    expected, _ = MARKED[sample]
+    unexpected = [error for error in report.errors if error.line not in expected]
+    assert not unexpected, (
+        f"{MISUSES[sample].name}: errors on lines not marked '# expect:':\n{describe(unexpected)}"
+    )
+    assert report.status == 1
 
 
-def test_correct_use_is_clean(correct_use: Report) -> None:
-    assert correct_use.errors == [], f"correct_use.py:\n{describe(correct_use.errors)}"
-    assert correct_use.status == 0, correct_use.output
+@pytest.mark.parametrize("sample", sorted(CORRECT_USES))
+def test_correct_use_is_clean(reports: Reports, sample: str) -> None:
+    report = reports.of(CORRECT_USES[sample])
+    assert report.errors == [], f"{CORRECT_USES[sample].name}:\n{describe(report.errors)}"
+    assert report.status == 0, report.output
