@@ -10,7 +10,15 @@ Nothing here imports a storage adapter.
 
 from __future__ import annotations
 
-from paymentcore._models import Collection, CollectionStatus, DeliveryStatus, Event, Payout, PayoutStatus
+from paymentcore._models import (
+    Collection,
+    CollectionStatus,
+    DeliveryStatus,
+    Event,
+    Payout,
+    PayoutStatus,
+    WebhookEndpoint,
+)
 
 # --- payouts ------------------------------------------------------------------------------------
 
@@ -73,6 +81,25 @@ def collection_is_due(collection: Collection, now: int) -> bool:
     return check or expire
 
 
+def collection_due_since(collection: Collection, now: int) -> int | None:
+    """Since when a due collection has been due: its ``next_check_at`` if due for a check, its
+    ``expires_at`` if due for expiry, the earlier if both; None when it is not due at ``now``."""
+    times = []
+    if (
+        collection.status in COLLECTION_CHECK_STATUSES
+        and collection.next_check_at is not None
+        and collection.next_check_at <= now
+    ):
+        times.append(collection.next_check_at)
+    if (
+        collection.status in COLLECTION_EXPIRY_STATUSES
+        and collection.submitted_at is None
+        and collection.expires_at <= now
+    ):
+        times.append(collection.expires_at)
+    return min(times) if times else None
+
+
 def collection_due_order(collection: Collection) -> tuple[int, str]:
     """The order ``collections.due`` lists due collections in: the earlier of expiry and next check."""
     next_check = collection.next_check_at if collection.next_check_at is not None else collection.expires_at
@@ -88,3 +115,18 @@ EVENT_DUE_STATUSES: frozenset[DeliveryStatus] = frozenset({DeliveryStatus.PENDIN
 def event_is_due(event: Event, now: int) -> bool:
     """Is this event's next delivery attempt due at ``now``? (``outbox.due`` lists oldest first.)"""
     return event.status in EVENT_DUE_STATUSES and event.next_attempt_at <= now
+
+
+# --- webhook endpoints ----------------------------------------------------------------------------
+
+
+def endpoint_is_troubled(endpoint: WebhookEndpoint) -> bool:
+    """Does an operator need to look at this endpoint: disabled, or its last event(s) failed (after
+    every retry) since its last delivered one?"""
+    return not endpoint.is_active or endpoint.consecutive_failures > 0
+
+
+def endpoint_trouble_order(endpoint: WebhookEndpoint) -> tuple[bool, int, str]:
+    """The worst first: disabled before active, then the most consecutive failed events, then by
+    merchant id."""
+    return (endpoint.is_active, -endpoint.consecutive_failures, endpoint.merchant_id)

@@ -70,7 +70,7 @@ from paymentcore._queries import (
     UNSPENT_STATUSES,
 )
 from paymentcore.adapters.sqlite import sql_in, sql_not_in
-from paymentcore.ports import StoreUnavailableError
+from paymentcore.ports import CurrencyTotal, StoreUnavailableError, Tally
 
 __all__ = [
     "DEFAULT_POOL_SIZE",
@@ -392,6 +392,15 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX api_keys_by_merchant ON api_keys (merchant_id, created_at);
     """
     ),
+    # 7: the console's overview (issue 30): payouts and collections counted by creation time, currency
+    # and status from an index that holds every column the counts read, and the payouts waiting for an
+    # operator (held for review, failed and unresolved) per currency
+    """
+    CREATE INDEX payouts_activity ON payouts (created_at, currency, status, amount);
+    CREATE INDEX collections_activity ON collections
+        (created_at, requested_currency, status, requested_amount);
+    CREATE INDEX payouts_attention ON payouts (status, awaiting_review, resolution, currency, amount);
+    """,
 )
 
 _SPENT = sql_in("status", SPENT_STATUSES)
@@ -402,6 +411,18 @@ _DUE_PAYOUT = (
 _CHECK_COLLECTION = sql_in("status", COLLECTION_CHECK_STATUSES)
 _EXPIRE_COLLECTION = sql_in("status", COLLECTION_EXPIRY_STATUSES)
 _DUE_EVENT = sql_in("status", EVENT_DUE_STATUSES)
+
+#: the overview's counts: records created in [since, until), by span of `width` ms from since
+_TALLY_PAYOUTS = (
+    "SELECT (created_at - %(since)s) / %(width)s AS bucket, currency, status, count(*), sum(amount)"
+    " FROM payouts WHERE created_at >= %(since)s AND created_at < %(until)s"
+    " GROUP BY bucket, currency, status ORDER BY bucket, currency, status"
+)
+_TALLY_COLLECTIONS = (
+    "SELECT (created_at - %(since)s) / %(width)s AS bucket, requested_currency, status, count(*),"
+    " sum(requested_amount) FROM collections WHERE created_at >= %(since)s AND created_at < %(until)s"
+    " GROUP BY bucket, requested_currency, status ORDER BY bucket, requested_currency, status"
+)
 
 
 def _lock_key(*parts: str) -> int:
@@ -709,6 +730,44 @@ class _Collections(_Repository):
             "SELECT count(*) FROM collections WHERE phone = %s AND submitted_at >= %s", (phone, since)
         )
 
+    def oldest_due(self, now: int) -> int | None:
+        # _queries.collection_due_since: the earliest of each branch of collection_is_due
+        row = self._rows.locked(
+            "SELECT min(since) FROM ("
+            f" SELECT min(next_check_at) AS since FROM collections WHERE {_CHECK_COLLECTION}"
+            "  AND next_check_at <= %(now)s"
+            f" UNION ALL SELECT min(expires_at) FROM collections WHERE {_EXPIRE_COLLECTION}"
+            "  AND submitted_at IS NULL AND expires_at <= %(now)s) AS due",
+            {"now": now},
+        ).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
+    def tally(self, since: int, until: int, width: int) -> list[Tally]:
+        params = {"since": since, "until": until, "width": width}
+        return _tallies(self._rows.locked(_TALLY_COLLECTIONS, params).fetchall())
+
+    def queue(
+        self,
+        *,
+        limit: int,
+        after: str | None = None,
+        merchant_id: str | None = None,
+        currency: str | None = None,
+        status: CollectionStatus | None = None,
+        created_from: int | None = None,
+        created_before: int | None = None,
+    ) -> list[Collection] | None:
+        filters = {"merchant_id": merchant_id, "requested_currency": currency, "status": status}
+        return _queue(
+            self._rows,
+            _COLLECTIONS,
+            "reference",
+            after=after,
+            equal=filters,
+            conditions=_created(created_from, created_before),
+            limit=limit,
+        )
+
     def page(
         self,
         merchant_id: str,
@@ -754,6 +813,42 @@ class _Payouts(_Repository):
             f" AND {_DUE_PAYOUT}",
             (now,),
         )
+
+    def oldest_due(self, now: int) -> int | None:
+        row = self._rows.locked(
+            "SELECT min(next_check_at) FROM payouts WHERE next_check_at IS NOT NULL"
+            f" AND next_check_at <= %s AND {_DUE_PAYOUT}",
+            (now,),
+        ).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
+    def tally(self, since: int, until: int, width: int) -> builtins.list[Tally]:
+        params = {"since": since, "until": until, "width": width}
+        return _tallies(self._rows.locked(_TALLY_PAYOUTS, params).fetchall())
+
+    def totals(
+        self,
+        *,
+        status: PayoutStatus | None = None,
+        awaiting_review: bool | None = None,
+        unresolved: bool | None = None,
+    ) -> builtins.list[CurrencyTotal]:
+        where = ["TRUE"]
+        params: builtins.list[Any] = []
+        if status is not None:
+            where.append("status = %s")
+            params.append(status.value)
+        if awaiting_review is not None:
+            where.append("awaiting_review = %s")
+            params.append(awaiting_review)
+        if unresolved is not None:
+            where.append("resolution IS NULL" if unresolved else "resolution IS NOT NULL")
+        rows = self._rows.locked(
+            f"SELECT currency, count(*), sum(amount) FROM payouts WHERE {' AND '.join(where)}"
+            " GROUP BY currency ORDER BY currency",
+            params,
+        ).fetchall()
+        return [CurrencyTotal(str(c), int(n), int(a)) for c, n, a in rows]
 
     def spent(self, merchant_id: str, currency: str, since: int) -> int:
         # whole hours after the one holding `since` come from the trigger-kept buckets; that first,
@@ -802,30 +897,68 @@ class _Payouts(_Repository):
         status: PayoutStatus | None = None,
         awaiting_review: bool | None = None,
         unresolved: bool | None = None,
+        currency: str | None = None,
+        created_from: int | None = None,
+        created_before: int | None = None,
     ) -> builtins.list[Payout] | None:
-        where: builtins.list[str] = []
-        params: builtins.list[Any] = []
-        if after is not None:
-            place = self._rows.locked(
-                "SELECT created_at, seq FROM payouts WHERE reference = %s", (after,)
-            ).fetchone()
-            if place is None:
-                return None
-            where.append("(created_at, seq) > (%s, %s)")
-            params.extend(place)
-        if merchant_id is not None:
-            where.append("merchant_id = %s")
-            params.append(merchant_id)
-        if status is not None:
-            where.append("status = %s")
-            params.append(status.value)
-        if awaiting_review is not None:
-            where.append("awaiting_review = %s")
-            params.append(awaiting_review)
+        conditions = _created(created_from, created_before)
         if unresolved is not None:
-            where.append("resolution IS NULL" if unresolved else "resolution IS NOT NULL")
-        condition = f"WHERE {' AND '.join(where)} " if where else ""
-        return self._rows.many(_PAYOUTS, f"{condition}ORDER BY created_at, seq LIMIT %s", (*params, limit))
+            conditions.append(("resolution IS NULL" if unresolved else "resolution IS NOT NULL", ()))
+        equal = {
+            "merchant_id": merchant_id,
+            "status": status,
+            "awaiting_review": awaiting_review,
+            "currency": currency,
+        }
+        return _queue(
+            self._rows, _PAYOUTS, "reference", after=after, equal=equal, conditions=conditions, limit=limit
+        )
+
+
+def _tallies(rows: list[Any]) -> list[Tally]:
+    return [Tally(int(b), str(c), str(s), int(n), int(a)) for b, c, s, n, a in rows]
+
+
+def _created(created_from: int | None, created_before: int | None) -> list[tuple[str, tuple[Any, ...]]]:
+    conditions: list[tuple[str, tuple[Any, ...]]] = []
+    if created_from is not None:
+        conditions.append(("created_at >= %s", (created_from,)))
+    if created_before is not None:
+        conditions.append(("created_at < %s", (created_before,)))
+    return conditions
+
+
+def _queue(
+    rows: _Rows,
+    codec: _Codec,
+    key: str,
+    *,
+    after: str | None,
+    equal: dict[str, Any],
+    conditions: list[tuple[str, tuple[Any, ...]]],
+    limit: int,
+) -> list[Any] | None:
+    """An operator's list across merchants: oldest first (ties in the order written: ``seq``), after
+    the row whose ``key`` is ``after`` (None when there is none), the columns of ``equal`` that are not
+    None equal to their values (an enum by its value), and every ``(condition, parameters)`` met."""
+    where: list[str] = []
+    params: list[Any] = []
+    if after is not None:
+        found = rows.locked(f"SELECT created_at, seq FROM {codec.table} WHERE {key} = %s", (after,))
+        place = found.fetchone()
+        if place is None:
+            return None
+        where.append("(created_at, seq) > (%s, %s)")
+        params.extend(place)
+    for column, value in equal.items():
+        if value is not None:
+            where.append(f"{column} = %s")
+            params.append(value.value if isinstance(value, enum.Enum) else value)
+    for condition, values in conditions:
+        where.append(condition)
+        params.extend(values)
+    condition = f"WHERE {' AND '.join(where)} " if where else ""
+    return rows.many(codec, f"{condition}ORDER BY created_at, seq LIMIT %s", (*params, limit))
 
 
 def _record_filters(
@@ -931,6 +1064,24 @@ class _Webhooks(_Repository):
     def put(self, endpoint: WebhookEndpoint) -> None:
         self._rows.upsert(_WEBHOOKS, endpoint)
 
+    # _queries.endpoint_is_troubled and endpoint_trouble_order
+    _TROUBLED = "(NOT is_active OR consecutive_failures > 0)"
+
+    def count_troubled(self) -> tuple[int, int]:
+        row = self._rows.locked(
+            "SELECT count(*) FILTER (WHERE is_active), count(*) FILTER (WHERE NOT is_active) FROM webhooks"
+            f" WHERE {self._TROUBLED}"
+        ).fetchone()
+        assert row is not None
+        return int(row[0]), int(row[1])
+
+    def troubled(self, limit: int) -> list[WebhookEndpoint]:
+        return self._rows.many(
+            _WEBHOOKS,
+            f"WHERE {self._TROUBLED} ORDER BY is_active, consecutive_failures DESC, merchant_id LIMIT %s",
+            (limit,),
+        )
+
 
 class _Outbox(_Repository):
     def add(self, event: Event) -> None:
@@ -955,6 +1106,12 @@ class _Outbox(_Repository):
         return self._rows.scalar(
             f"SELECT count(*) FROM events WHERE {_DUE_EVENT} AND next_attempt_at <= %s", (now,)
         )
+
+    def oldest_due(self, now: int) -> int | None:
+        row = self._rows.locked(
+            f"SELECT min(next_attempt_at) FROM events WHERE {_DUE_EVENT} AND next_attempt_at <= %s", (now,)
+        ).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
 
     def list(self, merchant_id: str) -> builtins.list[Event]:
         return self._rows.many(_EVENTS, "WHERE merchant_id = %s ORDER BY created_at, seq", (merchant_id,))

@@ -59,7 +59,7 @@ from paymentcore._queries import (
     SPENT_STATUSES,
     UNSPENT_STATUSES,
 )
-from paymentcore.ports import StoreUnavailableError
+from paymentcore.ports import CurrencyTotal, StoreUnavailableError, Tally
 
 __all__ = [
     "MIGRATIONS",
@@ -147,6 +147,18 @@ _DUE_PAYOUT = (
 _CHECK_COLLECTION = sql_in("status", COLLECTION_CHECK_STATUSES)
 _EXPIRE_COLLECTION = sql_in("status", COLLECTION_EXPIRY_STATUSES)
 _DUE_EVENT = sql_in("status", EVENT_DUE_STATUSES)
+
+#: the overview's counts: records created in [since, until), by span of `width` ms from since
+_TALLY_PAYOUTS = (
+    "SELECT (created_at - ?1) / ?3 AS bucket, currency, status, count(*), sum(amount) FROM payouts"
+    " WHERE created_at >= ?1 AND created_at < ?2 GROUP BY bucket, currency, status"
+    " ORDER BY bucket, currency, status"
+)
+_TALLY_COLLECTIONS = (
+    "SELECT (created_at - ?1) / ?3 AS bucket, requested_currency, status, count(*), sum(requested_amount)"
+    " FROM collections WHERE created_at >= ?1 AND created_at < ?2"
+    " GROUP BY bucket, requested_currency, status ORDER BY bucket, requested_currency, status"
+)
 
 MIGRATIONS: tuple[str, ...] = (
     # 1: the first schema
@@ -381,6 +393,15 @@ MIGRATIONS: tuple[str, ...] = (
         BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END;
     CREATE INDEX payouts_queue ON payouts (status, created_at);
     CREATE INDEX api_keys_by_merchant ON api_keys (merchant_id, created_at);
+    """,
+    # 7: the console's overview (issue 30): payouts and collections counted by creation time, currency
+    # and status from an index that holds every column the counts read (no table row is visited), and
+    # the payouts waiting for an operator (held for review, failed and unresolved) per currency
+    """
+    CREATE INDEX payouts_activity ON payouts (created_at, currency, status, amount);
+    CREATE INDEX collections_activity ON collections
+        (created_at, requested_currency, status, requested_amount);
+    CREATE INDEX payouts_attention ON payouts (status, awaiting_review, resolution, currency, amount);
     """,
 )
 
@@ -659,6 +680,43 @@ class _Collections(_Repository):
         ).fetchone()
         return int(row[0])
 
+    def oldest_due(self, now: int) -> int | None:
+        # _queries.collection_due_since: the earliest of each branch of collection_is_due
+        row = self._rows.conn.execute(
+            "SELECT min(since) FROM ("
+            f" SELECT min(next_check_at) AS since FROM collections WHERE {_CHECK_COLLECTION}"
+            "  AND next_check_at <= ?1"
+            f" UNION ALL SELECT min(expires_at) FROM collections WHERE {_EXPIRE_COLLECTION}"
+            "  AND submitted_at IS NULL AND expires_at <= ?1)",
+            (now,),
+        ).fetchone()
+        return None if row[0] is None else int(row[0])
+
+    def tally(self, since: int, until: int, width: int) -> list[Tally]:
+        return _tallies(self._rows.conn.execute(_TALLY_COLLECTIONS, (since, until, width)))
+
+    def queue(
+        self,
+        *,
+        limit: int,
+        after: str | None = None,
+        merchant_id: str | None = None,
+        currency: str | None = None,
+        status: CollectionStatus | None = None,
+        created_from: int | None = None,
+        created_before: int | None = None,
+    ) -> list[Collection] | None:
+        filters = {"merchant_id": merchant_id, "requested_currency": currency, "status": status}
+        return _queue(
+            self._rows,
+            _COLLECTIONS,
+            "reference",
+            after=after,
+            equal=filters,
+            conditions=_created(created_from, created_before),
+            limit=limit,
+        )
+
     def page(
         self,
         merchant_id: str,
@@ -706,6 +764,38 @@ class _Payouts(_Repository):
         ).fetchone()
         return int(row[0])
 
+    def oldest_due(self, now: int) -> int | None:
+        row = self._rows.conn.execute(
+            "SELECT min(next_check_at) FROM payouts"
+            f" WHERE next_check_at IS NOT NULL AND next_check_at <= ? AND {_DUE_PAYOUT}",
+            (now,),
+        ).fetchone()
+        return None if row[0] is None else int(row[0])
+
+    def tally(self, since: int, until: int, width: int) -> builtins.list[Tally]:
+        return _tallies(self._rows.conn.execute(_TALLY_PAYOUTS, (since, until, width)))
+
+    def totals(
+        self,
+        *,
+        status: PayoutStatus | None = None,
+        awaiting_review: bool | None = None,
+        unresolved: bool | None = None,
+    ) -> builtins.list[CurrencyTotal]:
+        # literals, not parameters: the planner then sees which index entries can match
+        where = ["1"]
+        if status is not None:
+            where.append(sql_in("status", [status]))
+        if awaiting_review is not None:
+            where.append(f"awaiting_review = {int(awaiting_review)}")
+        if unresolved is not None:
+            where.append("resolution IS NULL" if unresolved else "resolution IS NOT NULL")
+        rows = self._rows.conn.execute(
+            f"SELECT currency, count(*), sum(amount) FROM payouts WHERE {' AND '.join(where)}"
+            " GROUP BY currency ORDER BY currency"
+        )
+        return [CurrencyTotal(str(c), int(n), int(a)) for c, n, a in rows]
+
     def spent(self, merchant_id: str, currency: str, since: int) -> int:
         # whole hours after the one holding `since` come from the trigger-kept buckets; that first,
         # partial hour is summed exactly from the payouts themselves
@@ -748,30 +838,69 @@ class _Payouts(_Repository):
         status: PayoutStatus | None = None,
         awaiting_review: bool | None = None,
         unresolved: bool | None = None,
+        currency: str | None = None,
+        created_from: int | None = None,
+        created_before: int | None = None,
     ) -> builtins.list[Payout] | None:
-        where: builtins.list[str] = []
-        params: builtins.list[Any] = []
-        if after is not None:
-            place = self._rows.conn.execute(
-                "SELECT created_at, rowid FROM payouts WHERE reference = ?", (after,)
-            ).fetchone()
-            if place is None:
-                return None
-            where.append("(created_at, rowid) > (?, ?)")
-            params.extend(place)
-        if merchant_id is not None:
-            where.append("merchant_id = ?")
-            params.append(merchant_id)
-        if status is not None:
-            where.append("status = ?")
-            params.append(status.value)
-        if awaiting_review is not None:
-            where.append("awaiting_review = ?")
-            params.append(int(awaiting_review))
+        conditions = _created(created_from, created_before)
         if unresolved is not None:
-            where.append("resolution IS NULL" if unresolved else "resolution IS NOT NULL")
-        condition = f"WHERE {' AND '.join(where)} " if where else ""
-        return self._rows.many(_PAYOUTS, f"{condition}ORDER BY created_at, rowid LIMIT ?", (*params, limit))
+            conditions.append(("resolution IS NULL" if unresolved else "resolution IS NOT NULL", ()))
+        equal = {
+            "merchant_id": merchant_id,
+            "status": status,
+            "awaiting_review": None if awaiting_review is None else int(awaiting_review),
+            "currency": currency,
+        }
+        return _queue(
+            self._rows, _PAYOUTS, "reference", after=after, equal=equal, conditions=conditions, limit=limit
+        )
+
+
+def _tallies(rows: Iterable[tuple[Any, ...]]) -> list[Tally]:
+    return [Tally(int(b), str(c), str(s), int(n), int(a)) for b, c, s, n, a in rows]
+
+
+def _created(created_from: int | None, created_before: int | None) -> list[tuple[str, tuple[Any, ...]]]:
+    conditions: list[tuple[str, tuple[Any, ...]]] = []
+    if created_from is not None:
+        conditions.append(("created_at >= ?", (created_from,)))
+    if created_before is not None:
+        conditions.append(("created_at < ?", (created_before,)))
+    return conditions
+
+
+def _queue(
+    rows: _Rows,
+    codec: _Codec,
+    key: str,
+    *,
+    after: str | None,
+    equal: dict[str, Any],
+    conditions: list[tuple[str, tuple[Any, ...]]],
+    limit: int,
+) -> list[Any] | None:
+    """An operator's list across merchants: oldest first (ties in the order written: ``rowid``), after
+    the row whose ``key`` is ``after`` (None when there is none), the columns of ``equal`` that are not
+    None equal to their values (an enum by its value), and every ``(condition, parameters)`` met."""
+    where: list[str] = []
+    params: list[Any] = []
+    if after is not None:
+        place = rows.conn.execute(
+            f"SELECT created_at, rowid FROM {codec.table} WHERE {key} = ?", (after,)
+        ).fetchone()
+        if place is None:
+            return None
+        where.append("(created_at, rowid) > (?, ?)")
+        params.extend(place)
+    for column, value in equal.items():
+        if value is not None:
+            where.append(f"{column} = ?")
+            params.append(value.value if isinstance(value, enum.Enum) else value)
+    for condition, values in conditions:
+        where.append(condition)
+        params.extend(values)
+    condition = f"WHERE {' AND '.join(where)} " if where else ""
+    return rows.many(codec, f"{condition}ORDER BY created_at, rowid LIMIT ?", (*params, limit))
 
 
 def _record_filters(
@@ -869,6 +998,23 @@ class _Webhooks(_Repository):
     def put(self, endpoint: WebhookEndpoint) -> None:
         self._rows.upsert(_WEBHOOKS, endpoint)
 
+    # _queries.endpoint_is_troubled and endpoint_trouble_order
+    _TROUBLED = "(is_active = 0 OR consecutive_failures > 0)"
+
+    def count_troubled(self) -> tuple[int, int]:
+        row = self._rows.conn.execute(
+            "SELECT coalesce(sum(is_active), 0), coalesce(sum(1 - is_active), 0) FROM webhooks"
+            f" WHERE {self._TROUBLED}"
+        ).fetchone()
+        return int(row[0]), int(row[1])
+
+    def troubled(self, limit: int) -> list[WebhookEndpoint]:
+        return self._rows.many(
+            _WEBHOOKS,
+            f"WHERE {self._TROUBLED} ORDER BY is_active, consecutive_failures DESC, merchant_id LIMIT ?",
+            (limit,),
+        )
+
 
 class _Outbox(_Repository):
     def add(self, event: Event) -> None:
@@ -894,6 +1040,12 @@ class _Outbox(_Repository):
             f"SELECT count(*) FROM events WHERE {_DUE_EVENT} AND next_attempt_at <= ?", (now,)
         ).fetchone()
         return int(row[0])
+
+    def oldest_due(self, now: int) -> int | None:
+        row = self._rows.conn.execute(
+            f"SELECT min(next_attempt_at) FROM events WHERE {_DUE_EVENT} AND next_attempt_at <= ?", (now,)
+        ).fetchone()
+        return None if row[0] is None else int(row[0])
 
     def list(self, merchant_id: str) -> builtins.list[Event]:
         return self._rows.many(_EVENTS, "WHERE merchant_id = ? ORDER BY created_at, rowid", (merchant_id,))
