@@ -69,7 +69,7 @@ from paymentcore._queries import (
     SPENT_STATUSES,
     UNSPENT_STATUSES,
 )
-from paymentcore.adapters.sqlite import sql_in, sql_not_in
+from paymentcore.adapters.sqlite import HOUR_MS, hours_plan, merge_tallies, sql_in, sql_not_in
 from paymentcore.ports import CurrencyTotal, StoreUnavailableError, Tally
 
 __all__ = [
@@ -96,6 +96,44 @@ _COUNTS = sql_not_in("status", UNSPENT_STATUSES)
 _NEW_COUNTS = sql_not_in("NEW.status", UNSPENT_STATUSES)
 _OLD_COUNTS = sql_not_in("OLD.status", UNSPENT_STATUSES)
 _NEW_STOPS_COUNTING = sql_in("NEW.status", UNSPENT_STATUSES)
+
+
+def _hourly_counts(table: str, currency: str, amount: str) -> str:
+    """Migration 7's hourly counts of ``table`` (as SQLite's ``_hourly_counts``), kept by triggers."""
+    hours = f"{table[:-1]}_hours"
+    return f"""
+    CREATE TABLE {hours} (
+        hour BIGINT NOT NULL,
+        currency TEXT NOT NULL,
+        status TEXT NOT NULL,
+        count BIGINT NOT NULL CHECK (count >= 0),
+        amount BIGINT NOT NULL CHECK (amount >= 0),
+        PRIMARY KEY (hour, currency, status)
+    );
+    INSERT INTO {hours} (hour, currency, status, count, amount)
+        SELECT created_at / 3600000, {currency}, status, count(*), sum({amount}) FROM {table}
+        GROUP BY created_at / 3600000, {currency}, status;
+    CREATE FUNCTION {hours}_count() RETURNS trigger LANGUAGE plpgsql
+        SET search_path FROM CURRENT AS $$
+    BEGIN
+        IF TG_OP = 'UPDATE' THEN
+            UPDATE {hours} SET count = count - 1, amount = amount - OLD.{amount}
+                WHERE hour = OLD.created_at / 3600000 AND currency = OLD.{currency}
+                AND status = OLD.status;
+        END IF;
+        INSERT INTO {hours} (hour, currency, status, count, amount)
+            VALUES (NEW.created_at / 3600000, NEW.{currency}, NEW.status, 1, NEW.{amount})
+            ON CONFLICT (hour, currency, status)
+            DO UPDATE SET count = {hours}.count + 1, amount = {hours}.amount + excluded.amount;
+        RETURN NULL;
+    END $$;
+    CREATE TRIGGER {hours}_insert AFTER INSERT ON {table}
+        FOR EACH ROW EXECUTE FUNCTION {hours}_count();
+    CREATE TRIGGER {hours}_status AFTER UPDATE OF status ON {table}
+        FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status) EXECUTE FUNCTION {hours}_count();
+    CREATE INDEX {table}_created ON {table} (created_at, {currency}, status, {amount});
+    """
+
 
 MIGRATIONS: tuple[str, ...] = (
     # 1: the first schema (seq columns keep "in the order written" for ties, as SQLite's rowid does)
@@ -392,15 +430,18 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX api_keys_by_merchant ON api_keys (merchant_id, created_at);
     """
     ),
-    # 7: the console's overview (issue 30): payouts and collections counted by creation time, currency
-    # and status from an index that holds every column the counts read, and the payouts waiting for an
-    # operator (held for review, failed and unresolved) per currency
+    # 7: the console's overview (issue 30): payouts and collections counted per UTC hour of creation,
+    # currency and status, kept by triggers; an index holding every column the current hour's counts
+    # read; the payouts waiting for an operator in partial indexes of those few rows
+    _text(
+        _hourly_counts("payouts", "currency", "amount")
+        + _hourly_counts("collections", "requested_currency", "requested_amount")
+        + f"""
+    CREATE INDEX payouts_held ON payouts (currency, amount) WHERE awaiting_review;
+    CREATE INDEX payouts_failed_unresolved ON payouts (currency, amount)
+        WHERE {sql_in("status", [PayoutStatus.FAILED])} AND resolution IS NULL;
     """
-    CREATE INDEX payouts_activity ON payouts (created_at, currency, status, amount);
-    CREATE INDEX collections_activity ON collections
-        (created_at, requested_currency, status, requested_amount);
-    CREATE INDEX payouts_attention ON payouts (status, awaiting_review, resolution, currency, amount);
-    """,
+    ),
 )
 
 _SPENT = sql_in("status", SPENT_STATUSES)
@@ -411,18 +452,6 @@ _DUE_PAYOUT = (
 _CHECK_COLLECTION = sql_in("status", COLLECTION_CHECK_STATUSES)
 _EXPIRE_COLLECTION = sql_in("status", COLLECTION_EXPIRY_STATUSES)
 _DUE_EVENT = sql_in("status", EVENT_DUE_STATUSES)
-
-#: the overview's counts: records created in [since, until), by span of `width` ms from since
-_TALLY_PAYOUTS = (
-    "SELECT (created_at - %(since)s) / %(width)s AS bucket, currency, status, count(*), sum(amount)"
-    " FROM payouts WHERE created_at >= %(since)s AND created_at < %(until)s"
-    " GROUP BY bucket, currency, status ORDER BY bucket, currency, status"
-)
-_TALLY_COLLECTIONS = (
-    "SELECT (created_at - %(since)s) / %(width)s AS bucket, requested_currency, status, count(*),"
-    " sum(requested_amount) FROM collections WHERE created_at >= %(since)s AND created_at < %(until)s"
-    " GROUP BY bucket, requested_currency, status ORDER BY bucket, requested_currency, status"
-)
 
 
 def _lock_key(*parts: str) -> int:
@@ -675,9 +704,7 @@ class _Keys(_Repository):
         self._rows.upsert(_KEYS, key)
 
     def list(self, merchant_id: str) -> builtins.list[ApiKey]:
-        return self._rows.many(
-            _KEYS, "WHERE merchant_id = %s ORDER BY created_at, seq", (merchant_id,)
-        )
+        return self._rows.many(_KEYS, "WHERE merchant_id = %s ORDER BY created_at, seq", (merchant_id,))
 
 
 class _Limits(_Repository):
@@ -743,8 +770,9 @@ class _Collections(_Repository):
         return None if row is None or row[0] is None else int(row[0])
 
     def tally(self, since: int, until: int, width: int) -> list[Tally]:
-        params = {"since": since, "until": until, "width": width}
-        return _tallies(self._rows.locked(_TALLY_COLLECTIONS, params).fetchall())
+        return _tally(
+            self._rows, "collections", "requested_currency", "requested_amount", since, until, width
+        )
 
     def queue(
         self,
@@ -823,8 +851,7 @@ class _Payouts(_Repository):
         return None if row is None or row[0] is None else int(row[0])
 
     def tally(self, since: int, until: int, width: int) -> builtins.list[Tally]:
-        params = {"since": since, "until": until, "width": width}
-        return _tallies(self._rows.locked(_TALLY_PAYOUTS, params).fetchall())
+        return _tally(self._rows, "payouts", "currency", "amount", since, until, width)
 
     def totals(
         self,
@@ -833,20 +860,17 @@ class _Payouts(_Repository):
         awaiting_review: bool | None = None,
         unresolved: bool | None = None,
     ) -> builtins.list[CurrencyTotal]:
+        # literals, not parameters: the planner then sees which partial index holds the rows
         where = ["TRUE"]
-        params: builtins.list[Any] = []
         if status is not None:
-            where.append("status = %s")
-            params.append(status.value)
+            where.append(sql_in("status", [status]))
         if awaiting_review is not None:
-            where.append("awaiting_review = %s")
-            params.append(awaiting_review)
+            where.append("awaiting_review" if awaiting_review else "NOT awaiting_review")
         if unresolved is not None:
             where.append("resolution IS NULL" if unresolved else "resolution IS NOT NULL")
         rows = self._rows.locked(
             f"SELECT currency, count(*), sum(amount) FROM payouts WHERE {' AND '.join(where)}"
-            " GROUP BY currency ORDER BY currency",
-            params,
+            " GROUP BY currency ORDER BY currency"
         ).fetchall()
         return [CurrencyTotal(str(c), int(n), int(a)) for c, n, a in rows]
 
@@ -887,7 +911,6 @@ class _Payouts(_Repository):
             limit=limit,
         )
 
-
     def queue(
         self,
         *,
@@ -915,8 +938,31 @@ class _Payouts(_Repository):
         )
 
 
-def _tallies(rows: list[Any]) -> list[Tally]:
-    return [Tally(int(b), str(c), str(s), int(n), int(a)) for b, c, s, n, a in rows]
+def _tally(
+    rows: _Rows, table: str, currency: str, amount: str, since: int, until: int, width: int
+) -> list[Tally]:
+    """``ports``' tally: whole hours from the hourly counts of migration 7 (``hours_plan``), the rest
+    (at most the two partial hours at the ends) from the rows, through their creation-time index."""
+    plan = hours_plan(since, until, width)
+    rows_sql = (
+        f"SELECT (created_at - %(since)s) / %(width)s, {currency}, status, count(*), sum({amount})"
+        f" FROM {table} WHERE created_at >= %(low)s AND created_at < %(high)s GROUP BY 1, 2, 3"
+    )
+    spans = [(since, until)]
+    found: list[Any] = []
+    if plan is not None:
+        first, end = plan
+        found += rows.locked(
+            "SELECT (hour * 3600000 - %(since)s) / %(width)s, currency, status, sum(count), sum(amount)"
+            f" FROM {table[:-1]}_hours WHERE hour >= %(first)s AND hour < %(end)s GROUP BY 1, 2, 3",
+            {"since": since, "width": width, "first": first, "end": end},
+        ).fetchall()
+        spans = [(since, first * HOUR_MS), (end * HOUR_MS, until)]
+    for low, high in spans:
+        if low < high:
+            params = {"since": since, "width": width, "low": low, "high": high}
+            found += rows.locked(rows_sql, params).fetchall()
+    return merge_tallies(found)
 
 
 def _created(created_from: int | None, created_before: int | None) -> list[tuple[str, tuple[Any, ...]]]:
