@@ -304,6 +304,12 @@ class PaymentCore:
         with self.store.read() as tx:
             return work_backlog(tx, self.clock.now())
 
+    def webhook_trouble(self) -> tuple[int, int]:
+        """(failing, disabled): how many active webhook endpoints have failed events since their last
+        delivered one, and how many endpoints are disabled, read from the store."""
+        with self.store.read() as tx:
+            return tx.webhooks.count_troubled()
+
     @property
     def observer(self) -> Observer:
         """What the core tells of status changes and delivery attempts (:mod:`paymentcore.observe`)."""
