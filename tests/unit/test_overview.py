@@ -46,7 +46,12 @@ class World:
 
     def charge(self, amount: int) -> str:
         return self.core.collect.charge(
-            self.merchant_id, amount=amount, currency="XAF", country="CM", provider="mtn_cm", phone="670000002"
+            self.merchant_id,
+            amount=amount,
+            currency="XAF",
+            country="CM",
+            provider="mtn_cm",
+            phone="670000002",
         ).reference
 
 
@@ -152,9 +157,10 @@ def test_the_work_queues_say_how_long_the_oldest_due_item_has_waited(world: Worl
         assert 'paymentcore_work_oldest_pending_seconds{kind="deliveries"} 0.0' in text
         assert 'paymentcore_webhook_endpoints{state="failing"} 0.0' in text
         core.run_until_idle()
-        assert metrics.registry.get_sample_value(
-            "paymentcore_work_oldest_pending_seconds", {"kind": "payouts"}
-        ) == 0
+        assert (
+            metrics.registry.get_sample_value("paymentcore_work_oldest_pending_seconds", {"kind": "payouts"})
+            == 0
+        )
     finally:
         metrics.close()
 
