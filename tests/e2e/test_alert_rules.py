@@ -27,8 +27,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-
-from promql_helpers import RULE_TESTS, RULES, ROOT, exported_metric_names, metric_names, require
+from promql_helpers import ROOT, RULE_TESTS, RULES, exported_metric_names, metric_names, require
 
 pytestmark = pytest.mark.slow
 
@@ -200,7 +199,9 @@ def test_a_real_prometheus_scrapes_a_real_server_and_evaluates_every_rule(
         assert [(r["name"], r["lastError"]) for r in loaded if r["health"] != "ok"] == []
 
         stop(server)  # the target goes down: the target-down expression finds it
-        down = wait_for(lambda: query(rules()[0]["expr"]), "the target-down expression to find the stopped server")
+        down = wait_for(
+            lambda: query(rules()[0]["expr"]), "the target-down expression to find the stopped server"
+        )
         assert down[0]["metric"]["instance"] == f"127.0.0.1:{metrics_port}"
     finally:
         stop(prometheus)
