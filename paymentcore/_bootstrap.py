@@ -25,6 +25,7 @@ from paymentcore._idempotency import Idempotency
 from paymentcore._ledger import check_invariant
 from paymentcore._models import Balance
 from paymentcore._operator import Operator
+from paymentcore._overview import work_backlog
 from paymentcore._urlsafety import system_resolver
 from paymentcore._webhooks import Webhooks
 from paymentcore._work import Pump
@@ -34,7 +35,7 @@ from paymentcore.adapters.sandbox import SandboxNetwork
 from paymentcore.adapters.secretbox import FernetSecretBox
 from paymentcore.catalogue import Catalogue
 from paymentcore.config import Config
-from paymentcore.observe import WORK_KINDS, Observer, WorkBacklog
+from paymentcore.observe import Observer, WorkBacklog
 from paymentcore.ports import (
     Clock,
     Network,
@@ -327,13 +328,13 @@ class PaymentCore:
         how many a worker holds under a lease, read from the store, so the same for every process on
         it (one read transaction; a worker's lease rows are in ``tx.leases``)."""
         with self.store.read() as tx:
-            now = self.clock.now()
-            pending = {
-                "collections": tx.collections.count_due(now),
-                "payouts": tx.payouts.count_due(now),
-                "deliveries": tx.outbox.count_due(now),
-            }
-            return [WorkBacklog(kind, pending[kind], tx.leases.held(kind, now)) for kind in WORK_KINDS]
+            return work_backlog(tx, self.clock.now())
+
+    def webhook_trouble(self) -> tuple[int, int]:
+        """(failing, disabled): how many active webhook endpoints have failed events since their last
+        delivered one, and how many endpoints are disabled, read from the store."""
+        with self.store.read() as tx:
+            return tx.webhooks.count_troubled()
 
     @property
     def observer(self) -> Observer:

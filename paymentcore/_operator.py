@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from types import MappingProxyType
 from typing import Any
@@ -25,8 +26,18 @@ from paymentcore import wire
 from paymentcore._access import hash_key, new_secret
 from paymentcore._audit import DEFAULT_ACTOR, PLATFORM, StoredAuditEntry, StoredOperator, StoredSession
 from paymentcore._deps import Deps, require_merchant
-from paymentcore._models import ApiKey, Merchant, MerchantStatus, PayoutLimits, PayoutStatus, Scope, Settings
+from paymentcore._models import (
+    ApiKey,
+    CollectionStatus,
+    Merchant,
+    MerchantStatus,
+    PayoutLimits,
+    PayoutStatus,
+    Scope,
+    Settings,
+)
 from paymentcore._money import to_decimal
+from paymentcore._overview import DueItem, Overview, build_overview, due_items
 from paymentcore._pages import (
     DEFAULT_LIMIT,
     check_cursor,
@@ -43,13 +54,17 @@ from paymentcore._records import (
     LedgerItem,
     MerchantBalance,
     OperatorAccount,
+    OperatorCollection,
     OperatorPayout,
     Page,
     SignedIn,
+    collection_from,
     from_ms,
     payout_from,
+    to_ms,
 )
 from paymentcore.errors import InvalidRequestError, NotFoundError, UnauthorizedError
+from paymentcore.observe import WORK_KINDS
 from paymentcore.ports import Transaction
 
 #: a sign-in token (shown once by ``create_operator``) and a session secret (the console's cookie)
@@ -430,6 +445,9 @@ class Operator:
         awaiting_review: bool | None = None,
         unresolved: bool | None = None,
         merchant_id: str | None = None,
+        currency: str | None = None,
+        created_from: datetime | None = None,
+        created_before: datetime | None = None,
         limit: int = DEFAULT_LIMIT,
         starting_after: str | None = None,
     ) -> Page[OperatorPayout]:
@@ -437,12 +455,16 @@ class Operator:
 
         The review queue is ``payouts(awaiting_review=True)``; the failed payouts awaiting resolution
         ``payouts(status=PayoutStatus.FAILED, unresolved=True)``. ``starting_after`` is the reference
-        of the previous page's last payout; ``merchant_id`` keeps one merchant's.
+        of the previous page's last payout; ``merchant_id`` keeps one merchant's, ``currency`` those in
+        that currency, ``created_from`` and ``created_before`` (aware datetimes) those created in
+        ``[created_from, created_before)``.
         """
         limit = check_limit(limit)
         after = check_cursor(starting_after)
         wanted = check_member(status, PayoutStatus, "status")
         merchant = check_text(merchant_id, "merchant_id", max_length=200)
+        code = check_text(currency, "currency", max_length=16)
+        since, until = _moment(created_from, "created_from"), _moment(created_before, "created_before")
         for name, flag in (("awaiting_review", awaiting_review), ("unresolved", unresolved)):
             if flag is not None and not isinstance(flag, bool):
                 raise InvalidRequestError(f"{name} must be True, False or None.", param=name)
@@ -456,6 +478,9 @@ class Operator:
                 status=wanted,
                 awaiting_review=awaiting_review,
                 unresolved=unresolved,
+                currency=code,
+                created_from=since,
+                created_before=until,
             )
         if rows is None:
             raise InvalidRequestError("starting_after is not a payout reference.", param="starting_after")
@@ -476,6 +501,82 @@ class Operator:
             resolution=None if payout.resolution is None else payout.resolution.value,
             updated_at=from_ms(payout.updated_at),
         )
+
+    def collections(
+        self,
+        *,
+        status: CollectionStatus | str | None = None,
+        merchant_id: str | None = None,
+        currency: str | None = None,
+        created_from: datetime | None = None,
+        created_before: datetime | None = None,
+        limit: int = DEFAULT_LIMIT,
+        starting_after: str | None = None,
+    ) -> Page[OperatorCollection]:
+        """Every merchant's collections, oldest first, ``limit`` (1 to 100) at a time; the filters as
+        for :meth:`payouts` (``currency`` is the requested currency)."""
+        limit = check_limit(limit)
+        after = check_cursor(starting_after)
+        wanted = check_member(status, CollectionStatus, "status")
+        merchant = check_text(merchant_id, "merchant_id", max_length=200)
+        code = check_text(currency, "currency", max_length=16)
+        since, until = _moment(created_from, "created_from"), _moment(created_before, "created_before")
+        with self._deps.store.read() as tx:
+            now = self._deps.clock.now()
+            if merchant is not None:
+                require_merchant(tx, merchant)
+            rows = tx.collections.queue(
+                limit=limit + 1,
+                after=after,
+                merchant_id=merchant,
+                currency=code,
+                status=wanted,
+                created_from=since,
+                created_before=until,
+            )
+            if rows is None:
+                raise InvalidRequestError(
+                    "starting_after is not a collection reference.", param="starting_after"
+                )
+            settlement = {}
+            for row in rows:
+                if row.merchant_id not in settlement:
+                    owner = tx.merchants.get(row.merchant_id)
+                    settlement[row.merchant_id] = (
+                        owner.settlement_currency if owner is not None else row.requested_currency
+                    )
+        config = self._deps.config
+
+        def item(row: Any) -> OperatorCollection:
+            return OperatorCollection(
+                merchant_id=row.merchant_id,
+                collection=collection_from(
+                    row,
+                    catalogue=self._deps.catalogue,
+                    settlement_currency=settlement[row.merchant_id],
+                    public_url=config.public_url,
+                    now=now,
+                ),
+                updated_at=from_ms(row.updated_at),
+            )
+
+        return page_of(rows, limit, item)
+
+    # --- the overview --------------------------------------------------------------------------
+
+    def overview(self) -> Overview:
+        """Is money moving? The console's overview: payouts and collections of the last hour and of
+        today per currency, the last 24 hours by hour, what waits for an operator, the background
+        work, and the webhook endpoints that fail (:mod:`paymentcore._overview` says how each is
+        counted), from one snapshot of the store."""
+        return build_overview(self._deps)
+
+    def due_work(self, kind: str, *, limit: int = DEFAULT_LIMIT) -> list[DueItem]:
+        """The due items of one kind of background work (``collections``, ``payouts`` or
+        ``deliveries``) waiting for a worker, at most ``limit``, in the order the worker takes them."""
+        if kind not in WORK_KINDS:
+            raise InvalidRequestError(f"kind must be one of {', '.join(WORK_KINDS)}.", param="kind")
+        return due_items(self._deps, kind, check_limit(limit))
 
     # --- operators and their console sessions ----------------------------------------------------
 
@@ -617,6 +718,15 @@ class Operator:
         if rows is None:
             raise InvalidRequestError("starting_after is not an audit entry id.", param="starting_after")
         return page_of(rows, limit, _entry)
+
+
+def _moment(value: object, param: str) -> int | None:
+    """An optional aware datetime, as milliseconds since the epoch."""
+    if value is None:
+        return None
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        raise InvalidRequestError(f"{param} must be an aware datetime.", param=param)
+    return to_ms(value)
 
 
 def _ceiling(value: int, name: str) -> int:

@@ -14,7 +14,15 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
-from paymentcore._models import Collection, CollectionStatus, DeliveryStatus, Event, Payout, PayoutStatus
+from paymentcore._models import (
+    Collection,
+    CollectionStatus,
+    DeliveryStatus,
+    Event,
+    Payout,
+    PayoutStatus,
+    WebhookEndpoint,
+)
 
 T = TypeVar("T")
 
@@ -79,6 +87,25 @@ def collection_is_due(collection: Collection, now: int) -> bool:
     return check or expire
 
 
+def collection_due_since(collection: Collection, now: int) -> int | None:
+    """Since when a due collection has been due: its ``next_check_at`` if due for a check, its
+    ``expires_at`` if due for expiry, the earlier if both; None when it is not due at ``now``."""
+    times = []
+    if (
+        collection.status in COLLECTION_CHECK_STATUSES
+        and collection.next_check_at is not None
+        and collection.next_check_at <= now
+    ):
+        times.append(collection.next_check_at)
+    if (
+        collection.status in COLLECTION_EXPIRY_STATUSES
+        and collection.submitted_at is None
+        and collection.expires_at <= now
+    ):
+        times.append(collection.expires_at)
+    return min(times) if times else None
+
+
 def collection_due_order(collection: Collection) -> tuple[int, str]:
     """The order ``collections.due`` lists due collections in: the earlier of expiry and next check."""
     next_check = collection.next_check_at if collection.next_check_at is not None else collection.expires_at
@@ -127,3 +154,18 @@ def in_turns(items: Iterable[T], lane: Callable[[T], str], per_lane: int) -> lis
             ranked.append((seen[name], position, item))
     ranked.sort(key=lambda entry: (entry[0], entry[1]))
     return [item for _, _, item in ranked]
+
+
+# --- webhook endpoints ----------------------------------------------------------------------------
+
+
+def endpoint_is_troubled(endpoint: WebhookEndpoint) -> bool:
+    """Does an operator need to look at this endpoint: disabled, or its last event(s) failed (after
+    every retry) since its last delivered one?"""
+    return not endpoint.is_active or endpoint.consecutive_failures > 0
+
+
+def endpoint_trouble_order(endpoint: WebhookEndpoint) -> tuple[bool, int, str]:
+    """The worst first: disabled before active, then the most consecutive failed events, then by
+    merchant id."""
+    return (endpoint.is_active, -endpoint.consecutive_failures, endpoint.merchant_id)

@@ -35,6 +35,7 @@ __all__ = [
     "LedgerItemType",
     "MerchantBalance",
     "OperatorAccount",
+    "OperatorCollection",
     "OperatorPayout",
     "Page",
     "Payout",
@@ -441,4 +442,13 @@ class OperatorPayout:
     merchant_id: str
     payout: Payout
     resolution: str | None
+    updated_at: datetime
+
+
+@attrs.frozen
+class OperatorCollection:
+    """A collection in an operator's list across merchants: the merchant's record and whose it is."""
+
+    merchant_id: str
+    collection: Collection
     updated_at: datetime

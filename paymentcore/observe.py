@@ -52,8 +52,11 @@ class WorkBacklog:
     ``pending``: items whose turn has come and that no worker holds. ``in_flight``: items a worker holds
     under a lease that has not run out (being worked on, or held by a worker that died until the lease
     runs out). A collection being checked on (not only prompted) may be counted in both.
+    ``oldest_pending_seconds``: how long the pending item that has waited longest has been due (its
+    turn came that long ago and no worker has taken it since), 0 when nothing is pending.
     """
 
     kind: str
     pending: int
     in_flight: int
+    oldest_pending_seconds: float = 0.0

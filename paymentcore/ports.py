@@ -42,6 +42,7 @@ __all__ = [
     "CollectionRepository",
     "CollectionRequest",
     "CollectionResult",
+    "CurrencyTotal",
     "DeliveryRepository",
     "DeliveryResult",
     "DeliveryTarget",
@@ -68,6 +69,7 @@ __all__ = [
     "SettingsRepository",
     "Store",
     "StoreUnavailableError",
+    "Tally",
     "Transaction",
     "UnitOfWork",
     "WebhookRepository",
@@ -110,6 +112,28 @@ class References(Protocol):
 # ended with (a reference or an id): the page holds the items that follow it in that order, whatever the
 # item's own status is now, so a filter never loses the caller's place. ``None`` answers an ``after``
 # that is not one of the merchant's items (in that list); filters combine with AND.
+
+
+@attrs.frozen
+class Tally:
+    """Records grouped for the operator's overview: those created in the ``bucket``-th span of ``width``
+    ms from ``since`` (``tally(since, until, width)``), in ``currency``, now in ``status`` (the status
+    enum's value): how many, and their amounts summed (minor units)."""
+
+    bucket: int
+    currency: str
+    status: str
+    count: int
+    amount: int
+
+
+@attrs.frozen
+class CurrencyTotal:
+    """How many records of one currency a filter selects, and their amounts summed (minor units)."""
+
+    currency: str
+    count: int
+    amount: int
 
 
 class SettingsRepository(Protocol):
@@ -172,6 +196,33 @@ class CollectionRepository(Protocol):
         """How many collections sent a prompt to this number at or after ``since``."""
         ...
 
+    def oldest_due(self, now: int) -> int | None:
+        """The earliest ``_queries.collection_due_since`` of the collections ``due`` would list (None
+        when none is due)."""
+        ...
+
+    def tally(self, since: int, until: int, width: int) -> builtins.list[Tally]:
+        """The collections created at or after ``since`` and before ``until``, grouped by span of
+        ``width`` ms from ``since``, requested currency and status (amounts: the requested amounts)."""
+        ...
+
+    def queue(
+        self,
+        *,
+        limit: int,
+        after: str | None = None,
+        merchant_id: str | None = None,
+        currency: str | None = None,
+        status: CollectionStatus | None = None,
+        created_from: int | None = None,
+        created_before: int | None = None,
+    ) -> builtins.list[Collection] | None:
+        """Every merchant's collections, oldest first (by ``created_at``, ties in the order written),
+        after the collection ``after`` (None when ``after`` is no collection), at most ``limit``; only
+        those of ``merchant_id``, requested in ``currency``, in ``status``, created at or after
+        ``created_from`` and before ``created_before``, when given."""
+        ...
+
     def page(
         self,
         merchant_id: str,
@@ -204,6 +255,26 @@ class PayoutRepository(Protocol):
         """How many payouts ``due`` would list without a limit."""
         ...
 
+    def oldest_due(self, now: int) -> int | None:
+        """The earliest ``next_check_at`` of the payouts ``due`` would list (None when none is due)."""
+        ...
+
+    def tally(self, since: int, until: int, width: int) -> builtins.list[Tally]:
+        """The payouts created at or after ``since`` and before ``until``, grouped by span of ``width``
+        ms from ``since``, currency and status."""
+        ...
+
+    def totals(
+        self,
+        *,
+        status: PayoutStatus | None = None,
+        awaiting_review: bool | None = None,
+        unresolved: bool | None = None,
+    ) -> builtins.list[CurrencyTotal]:
+        """Per currency (in code order), how many payouts ``queue`` selects with these filters, and
+        their amounts summed."""
+        ...
+
     def spent(self, merchant_id: str, currency: str, since: int) -> int:
         """Sum of the payouts created at or after ``since`` that ``_queries.counts_as_spent``."""
         ...
@@ -229,11 +300,15 @@ class PayoutRepository(Protocol):
         status: PayoutStatus | None = None,
         awaiting_review: bool | None = None,
         unresolved: bool | None = None,
+        currency: str | None = None,
+        created_from: int | None = None,
+        created_before: int | None = None,
     ) -> builtins.list[Payout] | None:
         """Every merchant's payouts as an operator's work queue: oldest first (by ``created_at``, ties in
         the order written), after the payout ``after`` (None when ``after`` is no payout), at most
-        ``limit``; only those of ``merchant_id``, in ``status``, with that ``awaiting_review``, and
-        (``unresolved``) whose reservation is (not) yet resolved, when given."""
+        ``limit``; only those of ``merchant_id``, in ``status``, with that ``awaiting_review``,
+        (``unresolved``) whose reservation is (not) yet resolved, in ``currency``, and created at or
+        after ``created_from`` and before ``created_before``, when given."""
         ...
 
 
@@ -286,6 +361,15 @@ class LedgerRepository(Protocol):
 class WebhookRepository(Protocol):
     def get(self, merchant_id: str) -> WebhookEndpoint | None: ...
     def put(self, endpoint: WebhookEndpoint) -> None: ...
+    def count_troubled(self) -> tuple[int, int]:
+        """(failing, disabled): how many active endpoints ``_queries.endpoint_is_troubled`` (their
+        last events failed), and how many are disabled."""
+        ...
+
+    def troubled(self, limit: int) -> list[WebhookEndpoint]:
+        """At most ``limit`` endpoints that ``_queries.endpoint_is_troubled``, in
+        ``_queries.endpoint_trouble_order`` (the worst first)."""
+        ...
 
 
 class Outbox(Protocol):
@@ -311,6 +395,10 @@ class Outbox(Protocol):
 
     def count_due(self, now: int) -> int:
         """How many events ``due`` would list without a limit."""
+        ...
+
+    def oldest_due(self, now: int) -> int | None:
+        """The earliest ``next_attempt_at`` of the events ``due`` would list (None when none is due)."""
         ...
 
     def list(self, merchant_id: str) -> list[Event]:

@@ -17,6 +17,7 @@ from decimal import Decimal
 from html import escape
 from typing import Any
 
+from paymentcore_server._charts import CHART_STYLE
 from paymentcore_server._console_text import json_line, visible
 
 __all__ = [
@@ -93,7 +94,22 @@ border-radius:.4rem;margin:.3rem 0 0}
 .signin{max-width:24rem;margin:4rem auto}
 .signin input{width:100%}.signin button{margin-top:1rem;width:100%}
 .more{margin-top:.75rem}
-"""
+:root{color-scheme:light dark}
+@media (prefers-color-scheme:dark){
+body{background:#0d1117;color:#e6edf3}
+a{color:#58a6ff}
+.card,table{background:#161b22;border-color:#30363d}
+th{background:#1c2128;color:#adbac7}th,td{border-bottom-color:#30363d}
+.muted,dt{color:#8b949e}
+input[type=text],input[type=password],input[type=number],select{background:#0d1117;color:#e6edf3;
+border-color:#484f58}
+button.plain{background:#21262d;color:#e6edf3;border-color:#484f58}
+.notice{background:#0f2d1a}.error{background:#3c1618}
+.status{background:#30363d}.status.good{background:#0f2d1a;color:#7ee787}
+.status.bad{background:#3c1618;color:#ffa198}.status.wait{background:#3a2a05;color:#e3b341}
+details pre{background:#1c2128}.secret{background:#3a2a05;border-color:#9e6a03}
+}
+""" + CHART_STYLE
 
 STYLE_HASH = base64.b64encode(hashlib.sha256(STYLE.encode()).digest()).decode()
 #: No script at all; the style by its hash; forms only to this origin; never framed.
@@ -117,6 +133,7 @@ ICON = (
 )
 #: The navigation: (link name, path). The names are what an operator (and a test) looks for.
 NAV: tuple[tuple[str, str], ...] = (
+    ("Overview", "/console"),
     ("Review queue", "/console/review"),
     ("Failed payouts", "/console/failed"),
     ("Merchants", "/console/merchants"),
@@ -212,6 +229,7 @@ def page(
     parts = [
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
         "<meta name='viewport' content='width=device-width,initial-scale=1'>",
+        "<meta name='color-scheme' content='light dark'>",
         "<link rel='icon' href='/console/assets/icon.svg' type='image/svg+xml'>",
         f"<title>{escape(title)} · paymentcore console</title><style>{STYLE}</style></head><body>",
         "<header><span class='brand'>paymentcore console</span>",

@@ -7,8 +7,9 @@ https) that ends after 30 minutes unused, 12 hours after sign-in, or at "Sign ou
 every page and action answers with a redirect to the sign-in page. The cookie never opens the merchant
 API (which reads only ``Authorization: Bearer``), and an API key does not sign in here.
 
-Pages, reached from the navigation: Review queue, Failed payouts, Merchants (and each merchant's page
-and keys), Keys, Webhooks, Platform, Audit log. Every state-changing request is a POST carrying the
+Pages, reached from the navigation: Overview (where an operator lands, ``_console_overview``), Review
+queue, Failed payouts, Merchants (and each merchant's page and keys), Keys, Webhooks, Platform, Audit
+log. Every state-changing request is a POST carrying the
 session's CSRF token (an HMAC of the session secret); one without it, with another session's, or from
 another origin answers 403 and changes nothing. An action asks for one confirmation ("Confirm"), runs
 as the signed-in operator (the audit trail records the operator's id) and then shows the record's new
@@ -53,6 +54,7 @@ from paymentcore import (
     UnauthorizedError,
     from_ms,
 )
+from paymentcore_server import _console_overview as overview
 from paymentcore_server._console_html import (
     HEADERS,
     ICON,
@@ -205,7 +207,7 @@ def _optional_int(form: Form, name: str, label: str) -> int | None:
 def _safe_next(value: str | None) -> str:
     if value and _NEXT.fullmatch(value) and "//" not in value and ".." not in value:
         return value
-    return f"{PREFIX}/review"
+    return PREFIX  # the overview
 
 
 class Console:
@@ -236,7 +238,7 @@ class Console:
         target = f"{PREFIX}/sign-in"
         if keep_place:
             place = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-            if place != f"{PREFIX}/review" and _NEXT.fullmatch(place):
+            if place != PREFIX and _NEXT.fullmatch(place):
                 target += "?" + urlencode({"next": place})
         response = RedirectResponse(target, status_code=303, headers=HEADERS)
         if COOKIE in request.cookies:  # an ended session: forget it
@@ -503,11 +505,25 @@ class Console:
 
         return await run_in_threadpool(run)
 
-    async def home(self, request: Request) -> Response:
-        who = await run_in_threadpool(self._signed, request)
-        if who is None:
-            return self._to_sign_in(request, keep_place=False)
-        return RedirectResponse(f"{PREFIX}/review", status_code=303, headers=HEADERS)
+    # --- the overview and the lists behind its figures (paymentcore_server._console_overview) -------
+
+    def overview(self, who: Signed, request: Request) -> tuple[str, str, str | None]:
+        return overview.overview_page(self, who, request)
+
+    def payouts_list(self, who: Signed, request: Request) -> tuple[str, str, str | None]:
+        try:
+            return overview.payouts_list(self, who, request)
+        except overview.FilterError as error:
+            raise PageError(str(error)) from None
+
+    def collections_list(self, who: Signed, request: Request) -> tuple[str, str, str | None]:
+        try:
+            return overview.collections_list(self, who, request)
+        except overview.FilterError as error:
+            raise PageError(str(error)) from None
+
+    def work_list(self, who: Signed, request: Request) -> tuple[str, str, str | None]:
+        return overview.work_list(self, who, request)
 
     async def icon(self, request: Request) -> Response:
         return Response(ICON, media_type="image/svg+xml", headers={"Cache-Control": "public, max-age=86400"})
@@ -567,12 +583,15 @@ class Console:
                 empty=empty,
                 numeric=(2,),
             )
-            + self._more(request, queue.has_more, last)
+            + self._more(request, queue.has_more, last, currency=request.query_params.get("currency") or "")
         )
 
     def review(self, who: Signed, request: Request) -> tuple[str, str, str | None]:
         queue = self.core.operator.payouts(
-            awaiting_review=True, limit=QUEUE_PAGE, starting_after=request.query_params.get("after")
+            awaiting_review=True,
+            currency=request.query_params.get("currency") or None,
+            limit=QUEUE_PAGE,
+            starting_after=request.query_params.get("after"),
         )
         content = self._queue_page(
             who,
@@ -590,6 +609,7 @@ class Console:
         queue = self.core.operator.payouts(
             status=PayoutStatus.FAILED,
             unresolved=True,
+            currency=request.query_params.get("currency") or None,
             limit=QUEUE_PAGE,
             starting_after=request.query_params.get("after"),
         )
@@ -1415,13 +1435,16 @@ class Console:
     def routes(self) -> list[Route]:
         v, a = self.view, self.action
         return [
-            Route(PREFIX, self.home, methods=["GET"]),
+            Route(PREFIX, v(self.overview), methods=["GET"]),
             Route(f"{PREFIX}/sign-in", self.sign_in_form, methods=["GET"]),
             Route(f"{PREFIX}/sign-in", self.sign_in, methods=["POST"]),
             Route(f"{PREFIX}/sign-out", self.sign_out, methods=["POST"]),
             Route(f"{PREFIX}/assets/icon.svg", self.icon, methods=["GET"]),
             Route(f"{PREFIX}/review", v(self.review), methods=["GET"]),
             Route(f"{PREFIX}/failed", v(self.failed), methods=["GET"]),
+            Route(f"{PREFIX}/payouts", v(self.payouts_list), methods=["GET"]),
+            Route(f"{PREFIX}/collections", v(self.collections_list), methods=["GET"]),
+            Route(f"{PREFIX}/work/{{kind}}", v(self.work_list), methods=["GET"]),
             Route(f"{PREFIX}/payouts/{{reference}}", v(self.payout_page), methods=["GET"]),
             Route(f"{PREFIX}/payouts/{{reference}}/{{verb}}", a(self.plan_payout), methods=["POST"]),
             Route(f"{PREFIX}/merchants", v(self.merchants), methods=["GET"]),

@@ -9,9 +9,11 @@ apps in one process do not collide) with:
 - ``paymentcore_collections_total{status}``, ``paymentcore_payouts_total{status}`` and
   ``paymentcore_webhook_deliveries_total{outcome}``, fed by the core through :meth:`Metrics.observer`
   (a :class:`paymentcore.Observer`): what this process did;
-- ``paymentcore_work_pending{kind}`` and ``paymentcore_work_in_flight{kind}``, read from the database
-  at each scrape (:meth:`paymentcore.PaymentCore.work_backlog`) once :meth:`Metrics.watch` is called:
-  the same figures from every process on the database.
+- ``paymentcore_work_pending{kind}``, ``paymentcore_work_in_flight{kind}`` and
+  ``paymentcore_work_oldest_pending_seconds{kind}``, and ``paymentcore_webhook_endpoints{state}``
+  (``failing``, ``disabled``), read from the database at each scrape
+  (:meth:`paymentcore.PaymentCore.work_backlog`, :meth:`paymentcore.PaymentCore.webhook_trouble`) once
+  :meth:`Metrics.watch` is called: the same figures from every process on the database.
 
 :meth:`Metrics.serve` exposes the registry at ``http://HOST:PORT/metrics`` on its own port (the API's
 port never serves it). Labels hold only fixed words and route templates: no merchant id, key, phone
@@ -131,11 +133,13 @@ class MetricsObserver(Observer):
 
 
 class BacklogCollector(Collector):
-    """``paymentcore_work_pending`` and ``paymentcore_work_in_flight``, queried at each scrape.
+    """The gauges read from the database at each scrape: ``paymentcore_work_pending``,
+    ``paymentcore_work_in_flight``, ``paymentcore_work_oldest_pending_seconds`` and
+    ``paymentcore_webhook_endpoints``.
 
-    The query runs on one thread of its own (one database connection for every scrape) and is given
+    The queries run on one thread of its own (one database connection for every scrape) and are given
     :data:`SCRAPE_TIMEOUT` seconds; when the database does not answer, the scrape still succeeds
-    without these two gauges' samples, and the failure is logged.
+    without these gauges' samples, and the failure is logged.
     """
 
     def __init__(self, core: PaymentCore) -> None:
@@ -143,18 +147,21 @@ class BacklogCollector(Collector):
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="paymentcore-metrics")
 
     def describe(self) -> Iterable[GaugeMetricFamily]:
-        return self._families([])
+        return self._families([], None)
+
+    def _read(self) -> tuple[list[WorkBacklog], tuple[int, int]]:
+        return self._core.work_backlog(), self._core.webhook_trouble()
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
         try:
-            backlog = self._pool.submit(self._core.work_backlog).result(timeout=SCRAPE_TIMEOUT)
+            backlog, trouble = self._pool.submit(self._read).result(timeout=SCRAPE_TIMEOUT)
         except Exception as exc:
             log.warning("could not read the work backlog for /metrics: %s", exc)
-            backlog = []
-        return self._families(backlog)
+            return self._families([], None)
+        return self._families(backlog, trouble)
 
     @staticmethod
-    def _families(backlog: list[WorkBacklog]) -> Iterator[GaugeMetricFamily]:
+    def _families(backlog: list[WorkBacklog], trouble: tuple[int, int] | None) -> Iterator[GaugeMetricFamily]:
         pending = GaugeMetricFamily(
             "paymentcore_work_pending",
             "Background work due and waiting for a worker, by kind (the database's view: every process "
@@ -167,12 +174,30 @@ class BacklogCollector(Collector):
             "process on the database, from the database).",
             labels=["kind"],
         )
+        oldest = GaugeMetricFamily(
+            "paymentcore_work_oldest_pending_seconds",
+            "How long the pending item of each kind that has waited longest has been due, in seconds (0 "
+            "when nothing is pending; from the database).",
+            labels=["kind"],
+        )
+        endpoints = GaugeMetricFamily(
+            "paymentcore_webhook_endpoints",
+            "Webhook endpoints needing an operator, by state: failing (active, its latest events failed "
+            "after every retry) or disabled (from the database; the console's overview names them).",
+            labels=["state"],
+        )
         for item in backlog:
             if item.kind in WORK_KINDS:
                 pending.add_metric([item.kind], item.pending)
                 in_flight.add_metric([item.kind], item.in_flight)
+                oldest.add_metric([item.kind], item.oldest_pending_seconds)
+        if trouble is not None:
+            endpoints.add_metric(["failing"], trouble[0])
+            endpoints.add_metric(["disabled"], trouble[1])
         yield pending
         yield in_flight
+        yield oldest
+        yield endpoints
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -36,9 +36,12 @@ from paymentcore._models import (
 )
 from paymentcore._queries import (
     collection_due_order,
+    collection_due_since,
     collection_is_due,
     collection_lane,
     counts_as_spent,
+    endpoint_is_troubled,
+    endpoint_trouble_order,
     event_is_due,
     event_lane,
     in_turns,
@@ -46,7 +49,7 @@ from paymentcore._queries import (
     payout_is_due,
     payout_lane,
 )
-from paymentcore.ports import StoreUnavailableError
+from paymentcore.ports import CurrencyTotal, StoreUnavailableError, Tally
 
 __all__ = [
     "MemoryStore",
@@ -129,6 +132,32 @@ class _Tables:
 class _Repository:
     def __init__(self, tables: _Tables) -> None:
         self._t = tables
+
+
+def _tally(rows: Iterator[tuple[int, str, str, int]], since: int, until: int, width: int) -> list[Tally]:
+    """``ports``' tally of (created_at, currency, status value, amount) rows, in a fixed order."""
+    groups: dict[tuple[int, str, str], list[int]] = {}
+    for created_at, currency, status, amount in rows:
+        if since <= created_at < until:
+            group = groups.setdefault(((created_at - since) // width, currency, status), [0, 0])
+            group[0] += 1
+            group[1] += amount
+    return [Tally(b, c, s, n, a) for (b, c, s), (n, a) in sorted(groups.items())]
+
+
+def _oldest_first(
+    rows: Iterator[R], created_at: Callable[[R], int], key: Callable[[R], str], after: str | None
+) -> list[R] | None:
+    """``rows`` (in the order written) oldest first, ties in the order written; those after the row
+    whose key is ``after`` (None when there is none)."""
+    numbered = sorted(enumerate(rows), key=lambda p: (created_at(p[1]), p[0]))
+    ordered = [row for _, row in numbered]
+    if after is not None:
+        place = next((i for i, row in enumerate(ordered) if key(row) == after), None)
+        if place is None:
+            return None
+        ordered = ordered[place + 1 :]
+    return ordered
 
 
 def _page(
@@ -237,6 +266,45 @@ class _Collections(_Repository):
             if c.phone == phone and c.submitted_at is not None and c.submitted_at >= since
         )
 
+    def oldest_due(self, now: int) -> int | None:
+        since = [collection_due_since(c, now) for c in self._t.values("collections")]
+        return min((t for t in since if t is not None), default=None)
+
+    def tally(self, since: int, until: int, width: int) -> list[Tally]:
+        rows = (
+            (c.created_at, c.requested_currency, c.status.value, c.requested_amount)
+            for c in self._t.values("collections")
+        )
+        return _tally(rows, since, until, width)
+
+    def queue(
+        self,
+        *,
+        limit: int,
+        after: str | None = None,
+        merchant_id: str | None = None,
+        currency: str | None = None,
+        status: CollectionStatus | None = None,
+        created_from: int | None = None,
+        created_before: int | None = None,
+    ) -> list[Collection] | None:
+        ordered = _oldest_first(
+            self._t.in_order("collections"), lambda c: c.created_at, lambda c: c.reference, after
+        )
+        if ordered is None:
+            return None
+
+        def keep(c: Collection) -> bool:
+            return (
+                (merchant_id is None or c.merchant_id == merchant_id)
+                and (currency is None or c.requested_currency == currency)
+                and (status is None or c.status is status)
+                and (created_from is None or c.created_at >= created_from)
+                and (created_before is None or c.created_at < created_before)
+            )
+
+        return [c for c in ordered if keep(c)][:limit]
+
     def page(
         self,
         merchant_id: str,
@@ -278,6 +346,52 @@ class _Payouts(_Repository):
     def count_due(self, now: int) -> int:
         return sum(1 for p in self._t.values("payouts") if payout_is_due(p, now))
 
+    def oldest_due(self, now: int) -> int | None:
+        return min(
+            (p.next_check_at for p in self._t.values("payouts") if payout_is_due(p, now)), default=None
+        )
+
+    def tally(self, since: int, until: int, width: int) -> builtins.list[Tally]:
+        rows = ((p.created_at, p.currency, p.status.value, p.amount) for p in self._t.values("payouts"))
+        return _tally(rows, since, until, width)
+
+    def totals(
+        self,
+        *,
+        status: PayoutStatus | None = None,
+        awaiting_review: bool | None = None,
+        unresolved: bool | None = None,
+    ) -> builtins.list[CurrencyTotal]:
+        sums: dict[str, list[int]] = {}
+        for p in self._t.values("payouts"):
+            if self._kept(p, status=status, awaiting_review=awaiting_review, unresolved=unresolved):
+                total = sums.setdefault(p.currency, [0, 0])
+                total[0] += 1
+                total[1] += p.amount
+        return [CurrencyTotal(currency, n, a) for currency, (n, a) in sorted(sums.items())]
+
+    @staticmethod
+    def _kept(
+        p: Payout,
+        *,
+        merchant_id: str | None = None,
+        status: PayoutStatus | None = None,
+        awaiting_review: bool | None = None,
+        unresolved: bool | None = None,
+        currency: str | None = None,
+        created_from: int | None = None,
+        created_before: int | None = None,
+    ) -> bool:
+        return (
+            (merchant_id is None or p.merchant_id == merchant_id)
+            and (status is None or p.status is status)
+            and (awaiting_review is None or p.awaiting_review is awaiting_review)
+            and (unresolved is None or (p.resolution is None) is unresolved)
+            and (currency is None or p.currency == currency)
+            and (created_from is None or p.created_at >= created_from)
+            and (created_before is None or p.created_at < created_before)
+        )
+
     def spent(self, merchant_id: str, currency: str, since: int) -> int:
         return sum(
             p.amount
@@ -316,24 +430,30 @@ class _Payouts(_Repository):
         status: PayoutStatus | None = None,
         awaiting_review: bool | None = None,
         unresolved: bool | None = None,
+        currency: str | None = None,
+        created_from: int | None = None,
+        created_before: int | None = None,
     ) -> builtins.list[Payout] | None:
-        numbered = sorted(enumerate(self._t.in_order("payouts")), key=lambda p: (p[1].created_at, p[0]))
-        ordered = [payout for _, payout in numbered]
-        if after is not None:
-            place = next((i for i, p in enumerate(ordered) if p.reference == after), None)
-            if place is None:
-                return None
-            ordered = ordered[place + 1 :]
-
-        def keep(p: Payout) -> bool:
-            return (
-                (merchant_id is None or p.merchant_id == merchant_id)
-                and (status is None or p.status is status)
-                and (awaiting_review is None or p.awaiting_review is awaiting_review)
-                and (unresolved is None or (p.resolution is None) is unresolved)
+        ordered = _oldest_first(
+            self._t.in_order("payouts"), lambda p: p.created_at, lambda p: p.reference, after
+        )
+        if ordered is None:
+            return None
+        kept = [
+            p
+            for p in ordered
+            if self._kept(
+                p,
+                merchant_id=merchant_id,
+                status=status,
+                awaiting_review=awaiting_review,
+                unresolved=unresolved,
+                currency=currency,
+                created_from=created_from,
+                created_before=created_before,
             )
-
-        return [p for p in ordered if keep(p)][:limit]
+        ]
+        return kept[:limit]
 
 
 # --- the ledger ------------------------------------------------------------------------------------
@@ -420,6 +540,15 @@ class _Webhooks(_Repository):
     def put(self, endpoint: WebhookEndpoint) -> None:
         self._t.put("webhooks", endpoint.merchant_id, endpoint)
 
+    def count_troubled(self) -> tuple[int, int]:
+        troubled = [e for e in self._t.values("webhooks") if endpoint_is_troubled(e)]
+        disabled = sum(1 for e in troubled if not e.is_active)
+        return len(troubled) - disabled, disabled
+
+    def troubled(self, limit: int) -> list[WebhookEndpoint]:
+        troubled = [e for e in self._t.values("webhooks") if endpoint_is_troubled(e)]
+        return sorted(troubled, key=endpoint_trouble_order)[:limit]
+
 
 class _Outbox(_Repository):
     def add(self, event: Event) -> None:
@@ -451,6 +580,11 @@ class _Outbox(_Repository):
 
     def count_due(self, now: int) -> int:
         return sum(1 for e in self._t.values("events") if event_is_due(e, now))
+
+    def oldest_due(self, now: int) -> int | None:
+        return min(
+            (e.next_attempt_at for e in self._t.values("events") if event_is_due(e, now)), default=None
+        )
 
     def list(self, merchant_id: str) -> builtins.list[Event]:
         events = [e for e in self._t.values("events") if e.merchant_id == merchant_id]

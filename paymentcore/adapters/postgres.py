@@ -69,8 +69,8 @@ from paymentcore._queries import (
     SPENT_STATUSES,
     UNSPENT_STATUSES,
 )
-from paymentcore.adapters.sqlite import sql_in, sql_not_in
-from paymentcore.ports import StoreUnavailableError
+from paymentcore.adapters.sqlite import HOUR_MS, hours_plan, merge_tallies, sql_in, sql_not_in
+from paymentcore.ports import CurrencyTotal, StoreUnavailableError, Tally
 
 __all__ = [
     "DEFAULT_POOL_SIZE",
@@ -96,6 +96,44 @@ _COUNTS = sql_not_in("status", UNSPENT_STATUSES)
 _NEW_COUNTS = sql_not_in("NEW.status", UNSPENT_STATUSES)
 _OLD_COUNTS = sql_not_in("OLD.status", UNSPENT_STATUSES)
 _NEW_STOPS_COUNTING = sql_in("NEW.status", UNSPENT_STATUSES)
+
+
+def _hourly_counts(table: str, currency: str, amount: str) -> str:
+    """Migration 7's hourly counts of ``table`` (as SQLite's ``_hourly_counts``), kept by triggers."""
+    hours = f"{table[:-1]}_hours"
+    return f"""
+    CREATE TABLE {hours} (
+        hour BIGINT NOT NULL,
+        currency TEXT NOT NULL,
+        status TEXT NOT NULL,
+        count BIGINT NOT NULL CHECK (count >= 0),
+        amount BIGINT NOT NULL CHECK (amount >= 0),
+        PRIMARY KEY (hour, currency, status)
+    );
+    INSERT INTO {hours} (hour, currency, status, count, amount)
+        SELECT created_at / 3600000, {currency}, status, count(*), sum({amount}) FROM {table}
+        GROUP BY created_at / 3600000, {currency}, status;
+    CREATE FUNCTION {hours}_count() RETURNS trigger LANGUAGE plpgsql
+        SET search_path FROM CURRENT AS $$
+    BEGIN
+        IF TG_OP = 'UPDATE' THEN
+            UPDATE {hours} SET count = count - 1, amount = amount - OLD.{amount}
+                WHERE hour = OLD.created_at / 3600000 AND currency = OLD.{currency}
+                AND status = OLD.status;
+        END IF;
+        INSERT INTO {hours} (hour, currency, status, count, amount)
+            VALUES (NEW.created_at / 3600000, NEW.{currency}, NEW.status, 1, NEW.{amount})
+            ON CONFLICT (hour, currency, status)
+            DO UPDATE SET count = {hours}.count + 1, amount = {hours}.amount + excluded.amount;
+        RETURN NULL;
+    END $$;
+    CREATE TRIGGER {hours}_insert AFTER INSERT ON {table}
+        FOR EACH ROW EXECUTE FUNCTION {hours}_count();
+    CREATE TRIGGER {hours}_status AFTER UPDATE OF status ON {table}
+        FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status) EXECUTE FUNCTION {hours}_count();
+    CREATE INDEX {table}_created ON {table} (created_at, {currency}, status, {amount});
+    """
+
 
 MIGRATIONS: tuple[str, ...] = (
     # 1: the first schema (seq columns keep "in the order written" for ties, as SQLite's rowid does)
@@ -392,6 +430,18 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX api_keys_by_merchant ON api_keys (merchant_id, created_at);
     """
     ),
+    # 7: the console's overview (issue 30): payouts and collections counted per UTC hour of creation,
+    # currency and status, kept by triggers; an index holding every column the current hour's counts
+    # read; the payouts waiting for an operator in partial indexes of those few rows
+    _text(
+        _hourly_counts("payouts", "currency", "amount")
+        + _hourly_counts("collections", "requested_currency", "requested_amount")
+        + f"""
+    CREATE INDEX payouts_held ON payouts (currency, amount) WHERE awaiting_review;
+    CREATE INDEX payouts_failed_unresolved ON payouts (currency, amount)
+        WHERE {sql_in("status", [PayoutStatus.FAILED])} AND resolution IS NULL;
+    """
+    ),
 )
 
 _SPENT = sql_in("status", SPENT_STATUSES)
@@ -665,9 +715,7 @@ class _Keys(_Repository):
         self._rows.upsert(_KEYS, key)
 
     def list(self, merchant_id: str) -> builtins.list[ApiKey]:
-        return self._rows.many(
-            _KEYS, "WHERE merchant_id = %s ORDER BY created_at, seq", (merchant_id,)
-        )
+        return self._rows.many(_KEYS, "WHERE merchant_id = %s ORDER BY created_at, seq", (merchant_id,))
 
 
 class _Limits(_Repository):
@@ -728,6 +776,45 @@ class _Collections(_Repository):
             "SELECT count(*) FROM collections WHERE phone = %s AND submitted_at >= %s", (phone, since)
         )
 
+    def oldest_due(self, now: int) -> int | None:
+        # _queries.collection_due_since: the earliest of each branch of collection_is_due
+        row = self._rows.locked(
+            "SELECT min(since) FROM ("
+            f" SELECT min(next_check_at) AS since FROM collections WHERE {_CHECK_COLLECTION}"
+            "  AND next_check_at <= %(now)s"
+            f" UNION ALL SELECT min(expires_at) FROM collections WHERE {_EXPIRE_COLLECTION}"
+            "  AND submitted_at IS NULL AND expires_at <= %(now)s) AS due",
+            {"now": now},
+        ).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
+    def tally(self, since: int, until: int, width: int) -> list[Tally]:
+        return _tally(
+            self._rows, "collections", "requested_currency", "requested_amount", since, until, width
+        )
+
+    def queue(
+        self,
+        *,
+        limit: int,
+        after: str | None = None,
+        merchant_id: str | None = None,
+        currency: str | None = None,
+        status: CollectionStatus | None = None,
+        created_from: int | None = None,
+        created_before: int | None = None,
+    ) -> list[Collection] | None:
+        filters = {"merchant_id": merchant_id, "requested_currency": currency, "status": status}
+        return _queue(
+            self._rows,
+            _COLLECTIONS,
+            "reference",
+            after=after,
+            equal=filters,
+            conditions=_created(created_from, created_before),
+            limit=limit,
+        )
+
     def page(
         self,
         merchant_id: str,
@@ -779,6 +866,38 @@ class _Payouts(_Repository):
             (now,),
         )
 
+    def oldest_due(self, now: int) -> int | None:
+        row = self._rows.locked(
+            "SELECT min(next_check_at) FROM payouts WHERE next_check_at IS NOT NULL"
+            f" AND next_check_at <= %s AND {_DUE_PAYOUT}",
+            (now,),
+        ).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
+    def tally(self, since: int, until: int, width: int) -> builtins.list[Tally]:
+        return _tally(self._rows, "payouts", "currency", "amount", since, until, width)
+
+    def totals(
+        self,
+        *,
+        status: PayoutStatus | None = None,
+        awaiting_review: bool | None = None,
+        unresolved: bool | None = None,
+    ) -> builtins.list[CurrencyTotal]:
+        # literals, not parameters: the planner then sees which partial index holds the rows
+        where = ["TRUE"]
+        if status is not None:
+            where.append(sql_in("status", [status]))
+        if awaiting_review is not None:
+            where.append("awaiting_review" if awaiting_review else "NOT awaiting_review")
+        if unresolved is not None:
+            where.append("resolution IS NULL" if unresolved else "resolution IS NOT NULL")
+        rows = self._rows.locked(
+            f"SELECT currency, count(*), sum(amount) FROM payouts WHERE {' AND '.join(where)}"
+            " GROUP BY currency ORDER BY currency"
+        ).fetchall()
+        return [CurrencyTotal(str(c), int(n), int(a)) for c, n, a in rows]
+
     def spent(self, merchant_id: str, currency: str, since: int) -> int:
         # whole hours after the one holding `since` come from the trigger-kept buckets; that first,
         # partial hour is summed exactly from the payouts themselves
@@ -816,7 +935,6 @@ class _Payouts(_Repository):
             limit=limit,
         )
 
-
     def queue(
         self,
         *,
@@ -826,30 +944,91 @@ class _Payouts(_Repository):
         status: PayoutStatus | None = None,
         awaiting_review: bool | None = None,
         unresolved: bool | None = None,
+        currency: str | None = None,
+        created_from: int | None = None,
+        created_before: int | None = None,
     ) -> builtins.list[Payout] | None:
-        where: builtins.list[str] = []
-        params: builtins.list[Any] = []
-        if after is not None:
-            place = self._rows.locked(
-                "SELECT created_at, seq FROM payouts WHERE reference = %s", (after,)
-            ).fetchone()
-            if place is None:
-                return None
-            where.append("(created_at, seq) > (%s, %s)")
-            params.extend(place)
-        if merchant_id is not None:
-            where.append("merchant_id = %s")
-            params.append(merchant_id)
-        if status is not None:
-            where.append("status = %s")
-            params.append(status.value)
-        if awaiting_review is not None:
-            where.append("awaiting_review = %s")
-            params.append(awaiting_review)
+        conditions = _created(created_from, created_before)
         if unresolved is not None:
-            where.append("resolution IS NULL" if unresolved else "resolution IS NOT NULL")
-        condition = f"WHERE {' AND '.join(where)} " if where else ""
-        return self._rows.many(_PAYOUTS, f"{condition}ORDER BY created_at, seq LIMIT %s", (*params, limit))
+            conditions.append(("resolution IS NULL" if unresolved else "resolution IS NOT NULL", ()))
+        equal = {
+            "merchant_id": merchant_id,
+            "status": status,
+            "awaiting_review": awaiting_review,
+            "currency": currency,
+        }
+        return _queue(
+            self._rows, _PAYOUTS, "reference", after=after, equal=equal, conditions=conditions, limit=limit
+        )
+
+
+def _tally(
+    rows: _Rows, table: str, currency: str, amount: str, since: int, until: int, width: int
+) -> list[Tally]:
+    """``ports``' tally: whole hours from the hourly counts of migration 7 (``hours_plan``), the rest
+    (at most the two partial hours at the ends) from the rows, through their creation-time index."""
+    plan = hours_plan(since, until, width)
+    rows_sql = (
+        f"SELECT (created_at - %(since)s) / %(width)s, {currency}, status, count(*), sum({amount})"
+        f" FROM {table} WHERE created_at >= %(low)s AND created_at < %(high)s GROUP BY 1, 2, 3"
+    )
+    spans = [(since, until)]
+    found: list[Any] = []
+    if plan is not None:
+        first, end = plan
+        found += rows.locked(
+            "SELECT (hour * 3600000 - %(since)s) / %(width)s, currency, status, sum(count), sum(amount)"
+            f" FROM {table[:-1]}_hours WHERE hour >= %(first)s AND hour < %(end)s GROUP BY 1, 2, 3",
+            {"since": since, "width": width, "first": first, "end": end},
+        ).fetchall()
+        spans = [(since, first * HOUR_MS), (end * HOUR_MS, until)]
+    for low, high in spans:
+        if low < high:
+            params = {"since": since, "width": width, "low": low, "high": high}
+            found += rows.locked(rows_sql, params).fetchall()
+    return merge_tallies(found)
+
+
+def _created(created_from: int | None, created_before: int | None) -> list[tuple[str, tuple[Any, ...]]]:
+    conditions: list[tuple[str, tuple[Any, ...]]] = []
+    if created_from is not None:
+        conditions.append(("created_at >= %s", (created_from,)))
+    if created_before is not None:
+        conditions.append(("created_at < %s", (created_before,)))
+    return conditions
+
+
+def _queue(
+    rows: _Rows,
+    codec: _Codec,
+    key: str,
+    *,
+    after: str | None,
+    equal: dict[str, Any],
+    conditions: list[tuple[str, tuple[Any, ...]]],
+    limit: int,
+) -> list[Any] | None:
+    """An operator's list across merchants: oldest first (ties in the order written: ``seq``), after
+    the row whose ``key`` is ``after`` (None when there is none), the columns of ``equal`` that are not
+    None equal to their values (an enum by its value), and every ``(condition, parameters)`` met."""
+    where: list[str] = []
+    params: list[Any] = []
+    if after is not None:
+        found = rows.locked(f"SELECT created_at, seq FROM {codec.table} WHERE {key} = %s", (after,))
+        place = found.fetchone()
+        if place is None:
+            return None
+        where.append("(created_at, seq) > (%s, %s)")
+        params.extend(place)
+    for column, value in equal.items():
+        if value is not None:
+            where.append(f"{column} = %s")
+            params.append(value.value if isinstance(value, enum.Enum) else value)
+    for condition, values in conditions:
+        where.append(condition)
+        params.extend(values)
+    condition = f"WHERE {' AND '.join(where)} " if where else ""
+    return rows.many(codec, f"{condition}ORDER BY created_at, seq LIMIT %s", (*params, limit))
 
 
 def _record_filters(
@@ -955,6 +1134,24 @@ class _Webhooks(_Repository):
     def put(self, endpoint: WebhookEndpoint) -> None:
         self._rows.upsert(_WEBHOOKS, endpoint)
 
+    # _queries.endpoint_is_troubled and endpoint_trouble_order
+    _TROUBLED = "(NOT is_active OR consecutive_failures > 0)"
+
+    def count_troubled(self) -> tuple[int, int]:
+        row = self._rows.locked(
+            "SELECT count(*) FILTER (WHERE is_active), count(*) FILTER (WHERE NOT is_active) FROM webhooks"
+            f" WHERE {self._TROUBLED}"
+        ).fetchone()
+        assert row is not None
+        return int(row[0]), int(row[1])
+
+    def troubled(self, limit: int) -> list[WebhookEndpoint]:
+        return self._rows.many(
+            _WEBHOOKS,
+            f"WHERE {self._TROUBLED} ORDER BY is_active, consecutive_failures DESC, merchant_id LIMIT %s",
+            (limit,),
+        )
+
 
 class _Outbox(_Repository):
     def add(self, event: Event) -> None:
@@ -993,6 +1190,12 @@ class _Outbox(_Repository):
         return self._rows.scalar(
             f"SELECT count(*) FROM events WHERE {_DUE_EVENT} AND next_attempt_at <= %s", (now,)
         )
+
+    def oldest_due(self, now: int) -> int | None:
+        row = self._rows.locked(
+            f"SELECT min(next_attempt_at) FROM events WHERE {_DUE_EVENT} AND next_attempt_at <= %s", (now,)
+        ).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
 
     def list(self, merchant_id: str) -> builtins.list[Event]:
         return self._rows.many(_EVENTS, "WHERE merchant_id = %s ORDER BY created_at, seq", (merchant_id,))

@@ -59,7 +59,7 @@ from paymentcore._queries import (
     SPENT_STATUSES,
     UNSPENT_STATUSES,
 )
-from paymentcore.ports import StoreUnavailableError
+from paymentcore.ports import CurrencyTotal, StoreUnavailableError, Tally
 
 __all__ = [
     "MIGRATIONS",
@@ -139,6 +139,81 @@ _SPEND_BUCKETS = f"""
     END;
     """
 
+
+# migration 7: (hour, currency, status) -> how many records created in that UTC hour are in that status
+# now, and their amounts summed. A record's creation hour, currency and amount never change once it is
+# written, its status only by an UPDATE, and records are never deleted: so the triggers keep it exact.
+def _hourly_counts(table: str, currency: str, amount: str) -> str:
+    hours = f"{table[:-1]}_hours"
+    return f"""
+    CREATE TABLE {hours} (
+        hour INTEGER NOT NULL,
+        currency TEXT NOT NULL,
+        status TEXT NOT NULL,
+        count INTEGER NOT NULL CHECK (count >= 0),
+        amount INTEGER NOT NULL CHECK (amount >= 0),
+        PRIMARY KEY (hour, currency, status)
+    );
+    INSERT INTO {hours} (hour, currency, status, count, amount)
+        SELECT created_at / 3600000, {currency}, status, count(*), sum({amount}) FROM {table}
+        GROUP BY created_at / 3600000, {currency}, status;
+    CREATE TRIGGER {hours}_insert AFTER INSERT ON {table}
+    BEGIN
+        INSERT INTO {hours} (hour, currency, status, count, amount)
+            VALUES (new.created_at / 3600000, new.{currency}, new.status, 1, new.{amount})
+            ON CONFLICT (hour, currency, status)
+            DO UPDATE SET count = count + 1, amount = amount + excluded.amount;
+    END;
+    CREATE TRIGGER {hours}_status AFTER UPDATE OF status ON {table} WHEN old.status != new.status
+    BEGIN
+        UPDATE {hours} SET count = count - 1, amount = amount - old.{amount}
+            WHERE hour = old.created_at / 3600000 AND currency = old.{currency} AND status = old.status;
+        INSERT INTO {hours} (hour, currency, status, count, amount)
+            VALUES (new.created_at / 3600000, new.{currency}, new.status, 1, new.{amount})
+            ON CONFLICT (hour, currency, status)
+            DO UPDATE SET count = count + 1, amount = amount + excluded.amount;
+    END;
+    CREATE INDEX {table}_created ON {table} (created_at, {currency}, status, {amount});
+    """
+
+
+_HOURLY_COUNTS = (
+    _hourly_counts("payouts", "currency", "amount")
+    + _hourly_counts("collections", "requested_currency", "requested_amount")
+    + f"""
+    CREATE INDEX payouts_held ON payouts (currency, amount) WHERE awaiting_review = 1;
+    CREATE INDEX payouts_failed_unresolved ON payouts (currency, amount)
+        WHERE {sql_in("status", [PayoutStatus.FAILED])} AND resolution IS NULL;
+    """
+)
+HOUR_MS = 3_600_000
+
+
+def hours_plan(since: int, until: int, width: int) -> tuple[int, int] | None:
+    """Which whole UTC hours of ``[since, until)`` a tally may take from the hourly counts: ``(first,
+    end)``, hour numbers (ms / 3,600,000), when every such hour falls in one span of ``width`` from
+    ``since`` (``since`` and ``width`` whole hours, or one span for everything); None otherwise, or when
+    there is no whole hour: then every record is counted from the rows."""
+    first = -(-since // HOUR_MS)
+    end = until // HOUR_MS
+    aligned = since % HOUR_MS == 0 and width % HOUR_MS == 0
+    if end <= first or not (aligned or until - since <= width):
+        return None
+    return first, end
+
+
+def merge_tallies(rows: Iterable[tuple[Any, ...]]) -> list[Tally]:
+    """(bucket, currency, status, count, amount) rows, those of one key added up, in key order, none
+    with a count of 0."""
+    sums: dict[tuple[int, str, str], list[int]] = {}
+    for bucket, currency, status, count, amount in rows:
+        if int(count):
+            total = sums.setdefault((int(bucket), str(currency), str(status)), [0, 0])
+            total[0] += int(count)
+            total[1] += int(amount)
+    return [Tally(b, c, s, n, a) for (b, c, s), (n, a) in sorted(sums.items())]
+
+
 _SPENT = sql_in("status", SPENT_STATUSES)
 _DUE_PAYOUT = (
     f"(({sql_in('status', PAYOUT_SEND_STATUSES)} AND awaiting_review = 0)"
@@ -147,6 +222,7 @@ _DUE_PAYOUT = (
 _CHECK_COLLECTION = sql_in("status", COLLECTION_CHECK_STATUSES)
 _EXPIRE_COLLECTION = sql_in("status", COLLECTION_EXPIRY_STATUSES)
 _DUE_EVENT = sql_in("status", EVENT_DUE_STATUSES)
+
 
 MIGRATIONS: tuple[str, ...] = (
     # 1: the first schema
@@ -382,6 +458,12 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX payouts_queue ON payouts (status, created_at);
     CREATE INDEX api_keys_by_merchant ON api_keys (merchant_id, created_at);
     """,
+    # 7: the console's overview (issue 30): payouts and collections counted per UTC hour of creation,
+    # currency and status, kept by triggers (the 24-hour charts read at most a few hundred rows
+    # whatever the volume; only the current hour and the last 60 minutes are counted from the records,
+    # through an index holding every column they read), and the payouts waiting for an operator (held
+    # for review, failed and unresolved) in partial indexes of those few rows
+    _HOURLY_COUNTS,
 )
 
 
@@ -675,6 +757,45 @@ class _Collections(_Repository):
         ).fetchone()
         return int(row[0])
 
+    def oldest_due(self, now: int) -> int | None:
+        # _queries.collection_due_since: the earliest of each branch of collection_is_due
+        row = self._rows.conn.execute(
+            "SELECT min(since) FROM ("
+            f" SELECT min(next_check_at) AS since FROM collections WHERE {_CHECK_COLLECTION}"
+            "  AND next_check_at <= ?1"
+            f" UNION ALL SELECT min(expires_at) FROM collections WHERE {_EXPIRE_COLLECTION}"
+            "  AND submitted_at IS NULL AND expires_at <= ?1)",
+            (now,),
+        ).fetchone()
+        return None if row[0] is None else int(row[0])
+
+    def tally(self, since: int, until: int, width: int) -> list[Tally]:
+        return _tally(
+            self._rows.conn, "collections", "requested_currency", "requested_amount", since, until, width
+        )
+
+    def queue(
+        self,
+        *,
+        limit: int,
+        after: str | None = None,
+        merchant_id: str | None = None,
+        currency: str | None = None,
+        status: CollectionStatus | None = None,
+        created_from: int | None = None,
+        created_before: int | None = None,
+    ) -> list[Collection] | None:
+        filters = {"merchant_id": merchant_id, "requested_currency": currency, "status": status}
+        return _queue(
+            self._rows,
+            _COLLECTIONS,
+            "reference",
+            after=after,
+            equal=filters,
+            conditions=_created(created_from, created_before),
+            limit=limit,
+        )
+
     def page(
         self,
         merchant_id: str,
@@ -723,6 +844,45 @@ class _Payouts(_Repository):
         ).fetchone()
         return int(row[0])
 
+    def oldest_due(self, now: int) -> int | None:
+        row = self._rows.conn.execute(
+            "SELECT min(next_check_at) FROM payouts"
+            f" WHERE next_check_at IS NOT NULL AND next_check_at <= ? AND {_DUE_PAYOUT}",
+            (now,),
+        ).fetchone()
+        return None if row[0] is None else int(row[0])
+
+    def tally(self, since: int, until: int, width: int) -> builtins.list[Tally]:
+        return _tally(self._rows.conn, "payouts", "currency", "amount", since, until, width)
+
+    def totals(
+        self,
+        *,
+        status: PayoutStatus | None = None,
+        awaiting_review: bool | None = None,
+        unresolved: bool | None = None,
+    ) -> builtins.list[CurrencyTotal]:
+        # literals, not parameters: the planner then sees which index entries can match
+        where = ["1"]
+        if status is not None:
+            where.append(sql_in("status", [status]))
+        if awaiting_review is not None:
+            where.append(f"awaiting_review = {int(awaiting_review)}")
+        if unresolved is not None:
+            where.append("resolution IS NULL" if unresolved else "resolution IS NOT NULL")
+        # without statistics SQLite would rather walk payouts_queue (status, ...): name the partial
+        # index of migration 7 that holds exactly the rows asked for
+        index = ""
+        if awaiting_review is True:
+            index = " INDEXED BY payouts_held"
+        elif status is PayoutStatus.FAILED and unresolved is True:
+            index = " INDEXED BY payouts_failed_unresolved"
+        rows = self._rows.conn.execute(
+            f"SELECT currency, count(*), sum(amount) FROM payouts{index} WHERE {' AND '.join(where)}"
+            " GROUP BY currency ORDER BY currency"
+        )
+        return [CurrencyTotal(str(c), int(n), int(a)) for c, n, a in rows]
+
     def spent(self, merchant_id: str, currency: str, since: int) -> int:
         # whole hours after the one holding `since` come from the trigger-kept buckets; that first,
         # partial hour is summed exactly from the payouts themselves
@@ -755,7 +915,6 @@ class _Payouts(_Repository):
             limit=limit,
         )
 
-
     def queue(
         self,
         *,
@@ -765,30 +924,93 @@ class _Payouts(_Repository):
         status: PayoutStatus | None = None,
         awaiting_review: bool | None = None,
         unresolved: bool | None = None,
+        currency: str | None = None,
+        created_from: int | None = None,
+        created_before: int | None = None,
     ) -> builtins.list[Payout] | None:
-        where: builtins.list[str] = []
-        params: builtins.list[Any] = []
-        if after is not None:
-            place = self._rows.conn.execute(
-                "SELECT created_at, rowid FROM payouts WHERE reference = ?", (after,)
-            ).fetchone()
-            if place is None:
-                return None
-            where.append("(created_at, rowid) > (?, ?)")
-            params.extend(place)
-        if merchant_id is not None:
-            where.append("merchant_id = ?")
-            params.append(merchant_id)
-        if status is not None:
-            where.append("status = ?")
-            params.append(status.value)
-        if awaiting_review is not None:
-            where.append("awaiting_review = ?")
-            params.append(int(awaiting_review))
+        conditions = _created(created_from, created_before)
         if unresolved is not None:
-            where.append("resolution IS NULL" if unresolved else "resolution IS NOT NULL")
-        condition = f"WHERE {' AND '.join(where)} " if where else ""
-        return self._rows.many(_PAYOUTS, f"{condition}ORDER BY created_at, rowid LIMIT ?", (*params, limit))
+            conditions.append(("resolution IS NULL" if unresolved else "resolution IS NOT NULL", ()))
+        equal = {
+            "merchant_id": merchant_id,
+            "status": status,
+            "awaiting_review": None if awaiting_review is None else int(awaiting_review),
+            "currency": currency,
+        }
+        return _queue(
+            self._rows, _PAYOUTS, "reference", after=after, equal=equal, conditions=conditions, limit=limit
+        )
+
+
+def _tally(
+    conn: sqlite3.Connection, table: str, currency: str, amount: str, since: int, until: int, width: int
+) -> list[Tally]:
+    """``ports``' tally: whole hours from the hourly counts of migration 7 (``hours_plan``), the rest
+    (at most the two partial hours at the ends) from the rows, through their creation-time index."""
+    plan = hours_plan(since, until, width)
+    rows_sql = (
+        f"SELECT (created_at - :since) / :width, {currency}, status, count(*), sum({amount}) FROM {table}"
+        " WHERE created_at >= :low AND created_at < :high GROUP BY 1, 2, 3"
+    )
+    if plan is None:
+        return merge_tallies(
+            conn.execute(rows_sql, {"since": since, "width": width, "low": since, "high": until})
+        )
+    first, end = plan
+    found = list(
+        conn.execute(
+            "SELECT (hour * 3600000 - :since) / :width, currency, status, sum(count), sum(amount)"
+            f" FROM {table[:-1]}_hours WHERE hour >= :first AND hour < :end GROUP BY 1, 2, 3",
+            {"since": since, "width": width, "first": first, "end": end},
+        )
+    )
+    for low, high in ((since, first * HOUR_MS), (end * HOUR_MS, until)):
+        if low < high:
+            found += conn.execute(rows_sql, {"since": since, "width": width, "low": low, "high": high})
+    return merge_tallies(found)
+
+
+def _created(created_from: int | None, created_before: int | None) -> list[tuple[str, tuple[Any, ...]]]:
+    conditions: list[tuple[str, tuple[Any, ...]]] = []
+    if created_from is not None:
+        conditions.append(("created_at >= ?", (created_from,)))
+    if created_before is not None:
+        conditions.append(("created_at < ?", (created_before,)))
+    return conditions
+
+
+def _queue(
+    rows: _Rows,
+    codec: _Codec,
+    key: str,
+    *,
+    after: str | None,
+    equal: dict[str, Any],
+    conditions: list[tuple[str, tuple[Any, ...]]],
+    limit: int,
+) -> list[Any] | None:
+    """An operator's list across merchants: oldest first (ties in the order written: ``rowid``), after
+    the row whose ``key`` is ``after`` (None when there is none), the columns of ``equal`` that are not
+    None equal to their values (an enum by its value), and every ``(condition, parameters)`` met."""
+    where: list[str] = []
+    params: list[Any] = []
+    if after is not None:
+        place = rows.conn.execute(
+            f"SELECT created_at, rowid FROM {codec.table} WHERE {key} = ?", (after,)
+        ).fetchone()
+        if place is None:
+            return None
+        where.append("(created_at, rowid) > (?, ?)")
+        params.extend(place)
+    for column, value in equal.items():
+        if value is not None:
+            where.append(f"{column} = ?")
+            params.append(value.value if isinstance(value, enum.Enum) else value)
+    for condition, values in conditions:
+        where.append(condition)
+        params.extend(values)
+    condition = f"WHERE {' AND '.join(where)} " if where else ""
+    return rows.many(codec, f"{condition}ORDER BY created_at, rowid LIMIT ?", (*params, limit))
 
 
 def _record_filters(
@@ -886,6 +1108,23 @@ class _Webhooks(_Repository):
     def put(self, endpoint: WebhookEndpoint) -> None:
         self._rows.upsert(_WEBHOOKS, endpoint)
 
+    # _queries.endpoint_is_troubled and endpoint_trouble_order
+    _TROUBLED = "(is_active = 0 OR consecutive_failures > 0)"
+
+    def count_troubled(self) -> tuple[int, int]:
+        row = self._rows.conn.execute(
+            "SELECT coalesce(sum(is_active), 0), coalesce(sum(1 - is_active), 0) FROM webhooks"
+            f" WHERE {self._TROUBLED}"
+        ).fetchone()
+        return int(row[0]), int(row[1])
+
+    def troubled(self, limit: int) -> list[WebhookEndpoint]:
+        return self._rows.many(
+            _WEBHOOKS,
+            f"WHERE {self._TROUBLED} ORDER BY is_active, consecutive_failures DESC, merchant_id LIMIT ?",
+            (limit,),
+        )
+
 
 class _Outbox(_Repository):
     def add(self, event: Event) -> None:
@@ -922,6 +1161,12 @@ class _Outbox(_Repository):
             f"SELECT count(*) FROM events WHERE {_DUE_EVENT} AND next_attempt_at <= ?", (now,)
         ).fetchone()
         return int(row[0])
+
+    def oldest_due(self, now: int) -> int | None:
+        row = self._rows.conn.execute(
+            f"SELECT min(next_attempt_at) FROM events WHERE {_DUE_EVENT} AND next_attempt_at <= ?", (now,)
+        ).fetchone()
+        return None if row[0] is None else int(row[0])
 
     def list(self, merchant_id: str) -> builtins.list[Event]:
         return self._rows.many(_EVENTS, "WHERE merchant_id = ? ORDER BY created_at, rowid", (merchant_id,))

@@ -267,7 +267,7 @@ def test_sign_in_refuses_a_wrong_token_and_keeps_the_session_in_a_strict_cookie(
         assert [c["name"] for c in page.context.cookies()] == [SIGN_IN_COOKIE]  # the form's own token
 
     operator.sign_in()
-    assert page.url == server.base_url + "/console/review"
+    assert page.url == server.base_url + "/console"  # the overview
     [cookie] = page.context.cookies()  # the sign-in form's token is gone
     assert cookie["name"] == COOKIE
     assert cookie["httpOnly"] is True and cookie["sameSite"] == "Strict" and cookie["path"] == "/console"
