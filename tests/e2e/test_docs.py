@@ -436,6 +436,7 @@ def session(tmp_path: Path) -> Iterator[Session]:
     work.mkdir()
     bin_dir.mkdir()
     (work / "examples").symlink_to(ROOT / "examples")
+    (work / "deploy").symlink_to(ROOT / "deploy")
     shim(bin_dir, "paymentcore", "-m", "paymentcore_server")
     shim(bin_dir, "python")
     shim(bin_dir, "python3")
