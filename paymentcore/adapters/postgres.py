@@ -392,6 +392,17 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX api_keys_by_merchant ON api_keys (merchant_id, created_at);
     """
     ),
+    # 7: append-only whatever the SQL (issue 24): TRUNCATE of the ledger is refused as the audit
+    # trail's already was (INSERT ... ON CONFLICT DO UPDATE and MERGE meet the row triggers), and every
+    # guard fires ALWAYS, so session_replication_role = replica does not skip it
+    """
+    CREATE TRIGGER ledger_append_only_truncate BEFORE TRUNCATE ON ledger_entries
+        FOR EACH STATEMENT EXECUTE FUNCTION ledger_append_only();
+    ALTER TABLE ledger_entries ENABLE ALWAYS TRIGGER ledger_append_only_update;
+    ALTER TABLE ledger_entries ENABLE ALWAYS TRIGGER ledger_append_only_truncate;
+    ALTER TABLE audit_log ENABLE ALWAYS TRIGGER audit_append_only;
+    ALTER TABLE audit_log ENABLE ALWAYS TRIGGER audit_append_only_truncate;
+    """,
 )
 
 _SPENT = sql_in("status", SPENT_STATUSES)

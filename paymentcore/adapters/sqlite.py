@@ -382,6 +382,18 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX payouts_queue ON payouts (status, created_at);
     CREATE INDEX api_keys_by_merchant ON api_keys (merchant_id, created_at);
     """,
+    # 7: append-only whatever the SQL (issue 24): INSERT OR REPLACE (or REPLACE INTO) on an existing
+    # id, or on an existing rowid, deletes the old row without firing the DELETE triggers (SQLite fires
+    # them for a REPLACE only with recursive_triggers on), so an insert that meets an entry is refused
+    # before it happens; UPDATE and DELETE stay refused by the triggers of migrations 1 and 6
+    """
+    CREATE TRIGGER ledger_append_only_insert BEFORE INSERT ON ledger_entries
+        WHEN EXISTS (SELECT 1 FROM ledger_entries WHERE id = new.id OR rowid = new.rowid)
+        BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
+    CREATE TRIGGER audit_append_only_insert BEFORE INSERT ON audit_log
+        WHEN EXISTS (SELECT 1 FROM audit_log WHERE id = new.id OR rowid = new.rowid)
+        BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END;
+    """,
 )
 
 
