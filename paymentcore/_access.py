@@ -119,6 +119,10 @@ class RateBook(Protocol):
 
     def transaction(self) -> AbstractContextManager[Counting]: ...
 
+    def ping(self, timeout: float = 0.5) -> None:
+        """Raise ``StoreUnavailableError`` unless the book answers and takes writes (the health check)."""
+        ...
+
     def close(self) -> None: ...
 
 

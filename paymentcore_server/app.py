@@ -43,6 +43,7 @@ from paymentcore import (
 from paymentcore import Scope as KeyScope
 from paymentcore.adapters.memory import MemoryStore
 from paymentcore.adapters.sqlite import SqliteStore
+from paymentcore.ports import StoreReadOnlyError
 from paymentcore_server._wire import (
     IDEMPOTENCY_HEADER,
     Fields,
@@ -611,7 +612,8 @@ class Api:
         ]
 
     async def healthz(self, request: Request) -> Response:
-        """200 when a query on the database answers within HEALTH_TIMEOUT, else 503 SERVER_ERROR.
+        """200 when a query on the database answers, and it takes writes, within HEALTH_TIMEOUT; else
+        503 SERVER_ERROR ("cannot be written" when it answers but is read-only: ``core.ping``).
 
         The ping runs on a small pool of its own (never the request threads, which may all be waiting
         for the database) and the answer never waits for it longer than HEALTH_TIMEOUT.
@@ -619,18 +621,21 @@ class Api:
         if self._health_pool is None:
             self._health_pool = ThreadPoolExecutor(2, thread_name_prefix="paymentcore-health")
         loop = asyncio.get_running_loop()
-        ping = loop.run_in_executor(self._health_pool, self.core.store.ping, HEALTH_TIMEOUT * 0.6)
+        ping = loop.run_in_executor(self._health_pool, self.core.ping, HEALTH_TIMEOUT * 0.6)
         try:
             await asyncio.wait_for(ping, HEALTH_TIMEOUT)
+        except StoreReadOnlyError as exc:
+            log.warning("health check failed: the database cannot be written (%s)", exc)
+            return self._unhealthy(request, "The database cannot be written.")
         except Exception as exc:
             log.warning("health check failed: the database did not answer (%s)", exc or type(exc).__name__)
-            body = {
-                "code": "SERVER_ERROR",
-                "message": "The database is not reachable.",
-                "requestId": request_id(request),
-            }
-            return json_response(body, 503, {"Cache-Control": "no-store"})
+            return self._unhealthy(request, "The database is not reachable.")
         return json_response({"status": "ok"})
+
+    @staticmethod
+    def _unhealthy(request: Request, message: str) -> Response:
+        body = {"code": "SERVER_ERROR", "message": message, "requestId": request_id(request)}
+        return json_response(body, 503, {"Cache-Control": "no-store"})
 
     async def openapi(self, request: Request) -> Response:
         from paymentcore_server.openapi import openapi_document

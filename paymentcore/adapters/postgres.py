@@ -70,7 +70,7 @@ from paymentcore._queries import (
     UNSPENT_STATUSES,
 )
 from paymentcore.adapters.sqlite import sql_in, sql_not_in
-from paymentcore.ports import StoreUnavailableError
+from paymentcore.ports import StoreReadOnlyError, StoreUnavailableError
 
 __all__ = [
     "DEFAULT_POOL_SIZE",
@@ -1289,16 +1289,22 @@ class PostgresStore:
             yield tx
 
     def ping(self, timeout: float = 0.5) -> None:
-        """A trivial query on a pooled connection, giving up after about ``timeout`` seconds."""
+        """A trivial query on a pooled connection, giving up after about ``timeout`` seconds; a server
+        that would refuse writes (a standby, ``default_transaction_read_only``) raises
+        StoreReadOnlyError. No lock is taken."""
         try:
             with self._pool.connection(timeout=timeout) as conn:
                 conn.execute(f"SET statement_timeout = {max(1, int(timeout * 1000))}")
                 try:
-                    conn.execute("SELECT count(*) FROM schema_version").fetchone()
+                    row = conn.execute(
+                        "SELECT count(*), current_setting('transaction_read_only') FROM schema_version"
+                    ).fetchone()
                 finally:
                     conn.execute("SET statement_timeout = DEFAULT")
         except (psycopg.Error, PoolTimeout) as exc:
             raise StoreUnavailableError(f"{type(exc).__name__}: {exc}") from exc
+        if row is not None and row[1] == "on":
+            raise StoreReadOnlyError("the database server takes no writes (transaction_read_only is on)")
 
     def close(self) -> None:
         self._pool.close()
