@@ -26,7 +26,7 @@ from paymentcore._access import hash_key, new_secret
 from paymentcore._audit import DEFAULT_ACTOR, PLATFORM, StoredAuditEntry, StoredOperator, StoredSession
 from paymentcore._deps import Deps, require_merchant
 from paymentcore._models import ApiKey, Merchant, MerchantStatus, PayoutLimits, PayoutStatus, Scope, Settings
-from paymentcore._money import to_decimal
+from paymentcore._money import MAX_STORED_MINOR, parse_decimal_text, parse_positive_minor, to_decimal
 from paymentcore._pages import (
     DEFAULT_LIMIT,
     check_cursor,
@@ -49,7 +49,8 @@ from paymentcore._records import (
     from_ms,
     payout_from,
 )
-from paymentcore.errors import InvalidRequestError, NotFoundError, UnauthorizedError
+from paymentcore.catalogue import Currency
+from paymentcore.errors import AmountTooLargeError, InvalidRequestError, NotFoundError, UnauthorizedError
 from paymentcore.ports import Transaction
 
 #: a sign-in token (shown once by ``create_operator``) and a session secret (the console's cookie)
@@ -166,6 +167,12 @@ class Operator:
     def set_collect_fee(self, merchant_id: str, percent: object, *, actor: str = DEFAULT_ACTOR) -> Merchant:
         ppm = _percent_to_ppm(percent)
         return self._change_merchant(merchant_id, "merchant.fee", actor, collect_fee_ppm=ppm)
+
+    @staticmethod
+    def check_collect_fee(percent: object) -> Decimal:
+        """The percentage ``set_collect_fee`` would set, or the error it would raise; changes nothing
+        (a form can refuse a value before asking to confirm it)."""
+        return Decimal(_percent_to_ppm(percent)) / Decimal(10_000)
 
     def block_provider(
         self, merchant_id: str, provider: str, blocked: bool = True, *, actor: str = DEFAULT_ACTOR
@@ -332,19 +339,21 @@ class Operator:
         review_threshold: object = UNSET,
         actor: str = DEFAULT_ACTOR,
     ) -> PayoutLimits:
-        """Change payout ceilings. A value is a Decimal, int or decimal string; None (or "none") clears it."""
+        """Change payout ceilings. A value is a Decimal, int or decimal string; None (or "none") clears it.
+
+        A value must be positive, have no more decimal places than the currency and be at most what the
+        store holds (``2**63 - 1`` minor units): else INVALID_REQUEST, AMOUNT_PRECISION or
+        AMOUNT_TOO_LARGE naming the field (``per-day``, ...), and nothing changes.
+        """
         actor = audit.check_actor(actor)
         cur = self._deps.catalogue.currency(currency, settleable=True)
-        changes: dict[str, int | None] = {}
-        for name, value in (
-            ("per_transaction", per_transaction),
-            ("per_day", per_day),
-            ("per_week", per_week),
-            ("review_threshold", review_threshold),
-        ):
-            if value is UNSET:
-                continue
-            changes[name] = _limit_value(value, cur.decimals, name)
+        changes = self._limit_changes(
+            cur,
+            per_transaction=per_transaction,
+            per_day=per_day,
+            per_week=per_week,
+            review_threshold=review_threshold,
+        )
         with self._deps.store.transaction() as tx:
             require_merchant(tx, merchant_id)
             before = tx.limits.get(merchant_id, cur.code) or PayoutLimits(
@@ -362,6 +371,31 @@ class Operator:
                 audit.limits_state(limits, cat),
             )
             return limits
+
+    def check_limits(
+        self,
+        currency: str,
+        *,
+        per_transaction: object = UNSET,
+        per_day: object = UNSET,
+        per_week: object = UNSET,
+        review_threshold: object = UNSET,
+    ) -> dict[str, Decimal | None]:
+        """The limits ``set_limits`` would set (the given ones, in the currency's units; None clears),
+        or the error it would raise; changes nothing."""
+        cur = self._deps.catalogue.currency(currency, settleable=True)
+        changes = self._limit_changes(
+            cur,
+            per_transaction=per_transaction,
+            per_day=per_day,
+            per_week=per_week,
+            review_threshold=review_threshold,
+        )
+        return {name: None if minor is None else to_decimal(minor, cur) for name, minor in changes.items()}
+
+    @staticmethod
+    def _limit_changes(cur: Currency, **values: object) -> dict[str, int | None]:
+        return {name: _limit_value(value, cur, name) for name, value in values.items() if value is not UNSET}
 
     # --- balances --------------------------------------------------------------------------------
 
@@ -625,15 +659,23 @@ def _ceiling(value: int, name: str) -> int:
     return value
 
 
-def _limit_value(value: object, decimals: int, name: str) -> int | None:
-    from paymentcore._money import parse_decimal_text, parse_positive_minor
-
+def _limit_value(value: object, cur: Currency, name: str) -> int | None:
+    """A limit in minor units (None clears it), at most what the store holds."""
     if value is None or (isinstance(value, str) and value.strip().lower() == "none"):
         return None
     param = name.replace("_", "-")
-    if isinstance(value, str):
-        return parse_decimal_text(value, decimals, param=param)
-    return parse_positive_minor(value, decimals, param=param)
+    largest = f"A limit is at most {to_decimal(MAX_STORED_MINOR, cur)} {cur.code}, the most the store holds."
+    details = {"maximum": to_decimal(MAX_STORED_MINOR, cur), "currency": cur.code}
+    try:
+        if isinstance(value, str):
+            minor = parse_decimal_text(value, cur.decimals, param=param)
+        else:
+            minor = parse_positive_minor(value, cur.decimals, param=param)
+    except AmountTooLargeError:  # too many digits to be money at all
+        raise AmountTooLargeError(largest, param=param, details=details) from None
+    if minor > MAX_STORED_MINOR:
+        raise AmountTooLargeError(largest, param=param, details=details)
+    return minor
 
 
 def _check_name(name: object) -> str:
