@@ -98,7 +98,7 @@ class PaymentCore:
         )
         self.access = Access(self.deps, rate_book)
         self._rate_book = rate_book
-        self.operator = Operator(self.deps)
+        self.operator = Operator(self.deps, self.access.sign_ins)
         self.collect = Collect(self.deps, idem)
         self.disburse = Disburse(self.deps, idem)
         self.webhooks = Webhooks(self.deps, idem)

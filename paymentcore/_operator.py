@@ -12,17 +12,18 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import secrets
 from decimal import Decimal, InvalidOperation
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NoReturn
 
 import attrs
 
 from paymentcore import _audit as audit
 from paymentcore import _ledger as ledger
 from paymentcore import wire
-from paymentcore._access import hash_key, new_secret
+from paymentcore._access import SignInThrottle, client_name, hash_key, new_secret
 from paymentcore._audit import DEFAULT_ACTOR, PLATFORM, StoredAuditEntry, StoredOperator, StoredSession
 from paymentcore._deps import Deps, require_merchant
 from paymentcore._models import ApiKey, Merchant, MerchantStatus, PayoutLimits, PayoutStatus, Scope, Settings
@@ -63,6 +64,9 @@ SESSION_MAX_MS = 12 * 3_600_000
 #: a session's last use is written at most this often (each write takes the store's write lock)
 SESSION_TOUCH_MS = 60_000
 SIGN_IN_REFUSED = "That token is not valid."
+#: the record a refused console sign-in is recorded against in the audit trail
+CONSOLE = "console"
+_log = logging.getLogger("paymentcore.console")
 
 UNSET: Any = object()
 
@@ -89,8 +93,15 @@ def _percent_to_ppm(percent: object) -> int:
 
 
 class Operator:
-    def __init__(self, deps: Deps) -> None:
+    def __init__(self, deps: Deps, sign_ins: SignInThrottle | None = None) -> None:
         self._deps = deps
+        config = deps.config
+        self._sign_ins = sign_ins or SignInThrottle(
+            deps.store,
+            per_client=config.sign_in_failures_per_client,
+            overall=config.sign_in_failures_overall,
+            window_seconds=config.sign_in_window_seconds,
+        )
 
     def _write(
         self,
@@ -560,23 +571,36 @@ class Operator:
             raise NotFoundError(f"No operator {str(operator_id)[:80]}.", param="operator")
         return operator
 
-    def sign_in(self, token: str) -> SignedIn:
+    def sign_in(self, token: str, *, client: str | None = None) -> SignedIn:
         """A new console session for the operator whose sign-in token this is.
 
         Refused with UnauthorizedError, always with the same message, for an unknown, malformed or
-        revoked token (whether an operator exists is not told). The sign-in is in the audit trail.
+        revoked token (whether an operator exists is not told). The sign-in is in the audit trail, and
+        so is a refused one (``operator.sign_in_failed``, by ``client:<address>``; never the token).
+
+        ``client`` is the address the attempt came from (the console passes the request's). Failed
+        sign-ins are throttled (:class:`paymentcore._access.SignInThrottle`): at
+        ``Config.sign_in_failures_per_client`` failures from one address within
+        ``Config.sign_in_window_seconds``, or ``Config.sign_in_failures_overall`` from all together,
+        an attempt is refused with RateLimitedError (``retry_after`` seconds) before its token is
+        looked at, the right token included.
         """
+        who = client_name(client)
         digest = _digest(token) if _plausible(token, OPERATOR_TOKEN_PREFIX) else None
+        with self._sign_ins.turn:
+            now = self._deps.clock.now()
+            self._sign_ins.check(who, now)
+            with self._deps.store.read() as tx:
+                operator = tx.operators.by_hash(digest) if digest is not None else None
+            accepted = _accepts(operator, digest)
+            failures = 0 if accepted else self._sign_ins.failed(who, now)
+        if not accepted:
+            self._sign_in_failed(who, failures)
         secret = SESSION_SECRET_PREFIX + secrets.token_urlsafe(32)
         with self._deps.store.transaction() as tx:
             now = self._deps.clock.now()
             operator = tx.operators.by_hash(digest) if digest is not None else None
-            if (
-                digest is None
-                or operator is None
-                or not hmac.compare_digest(operator.token_hash, digest)
-                or operator.revoked
-            ):
+            if operator is None or not _accepts(operator, digest):  # revoked meanwhile
                 raise UnauthorizedError(SIGN_IN_REFUSED)
             tx.sessions.purge(seen_before=now - SESSION_IDLE_MS, created_before=now - SESSION_MAX_MS)
             session = StoredSession(
@@ -589,6 +613,33 @@ class Operator:
             tx.sessions.put(session)
             self._write(tx, operator.id, "operator.sign_in", operator.id, None, {"sessionId": session.id})
         return SignedIn(session=_session(session, operator), secret=secret)
+
+    def _sign_in_failed(self, client: str, failures: int) -> NoReturn:
+        """Record a refused sign-in (who tried from where; never the token) and refuse it."""
+        sign_ins = self._sign_ins
+        throttled = failures >= sign_ins.per_client
+        if throttled:
+            _log.warning(
+                "console sign-in: %d failed sign-ins from %s in %d s; it is refused until some expire",
+                failures,
+                client,
+                sign_ins.window.length // 1000,
+            )
+        with self._deps.store.transaction() as tx:
+            self._write(
+                tx,
+                f"client:{client}",
+                "operator.sign_in_failed",
+                CONSOLE,
+                None,
+                {
+                    "client": client,
+                    "failuresInWindow": failures,
+                    "windowSeconds": sign_ins.window.length // 1000,
+                    "throttled": throttled,
+                },
+            )
+        raise UnauthorizedError(SIGN_IN_REFUSED)
 
     def session(self, secret: str) -> ConsoleSession:
         """The live session whose secret this is (its use recorded), or UnauthorizedError when there is
@@ -682,6 +733,16 @@ def _check_name(name: object) -> str:
     if not isinstance(name, str) or not name.strip() or len(name) > 120 or not name.isprintable():
         raise InvalidRequestError("A name of 1 to 120 printable characters is required.", param="name")
     return name.strip()
+
+
+def _accepts(operator: StoredOperator | None, digest: str | None) -> bool:
+    """The operator found by a token's digest signs in: found, the digest matches, not revoked."""
+    return (
+        operator is not None
+        and digest is not None
+        and hmac.compare_digest(operator.token_hash, digest)
+        and not operator.revoked
+    )
 
 
 def _digest(secret: str) -> str:

@@ -27,6 +27,7 @@ import re
 import secrets
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from decimal import Decimal
+from functools import partial
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
@@ -50,6 +51,7 @@ from paymentcore import (
     PaymentCore,
     PaymentError,
     PayoutStatus,
+    RateLimitedError,
     UnauthorizedError,
     from_ms,
 )
@@ -445,7 +447,12 @@ class Console:
     # --- sign-in and sign-out ----------------------------------------------------------------------
 
     def _sign_in_page(
-        self, request: Request, next_: str, error: str | None = None, status: int = 200
+        self,
+        request: Request,
+        next_: str,
+        error: str | None = None,
+        status: int = 200,
+        headers: Mapping[str, str] | None = None,
     ) -> Response:
         """The sign-in form, with its own CSRF token: a random value both in a hidden field and in a
         short-lived cookie (``SIGN_IN_COOKIE``), which the POST must carry alike (there is no session
@@ -462,7 +469,7 @@ class Console:
             "<p class='muted'>The sign-in token printed by <code>paymentcore operator create</code>.</p>"
             "<button type='submit'>Sign in</button></form></div>"
         )
-        response = self._html(page("Sign in", content, error=error), status)
+        response = self._html(page("Sign in", content, error=error), status, headers)
         response.set_cookie(
             SIGN_IN_COOKIE,
             token,
@@ -495,10 +502,17 @@ class Console:
         ):
             refused = "Sign in from the console's own sign-in page (this form has expired). Try again."
             return self._sign_in_page(request, next_, refused, 403)
+        client = request.client.host if request.client is not None else None
         try:
-            signed = await run_in_threadpool(self.core.operator.sign_in, _field(form, "token").strip())
+            signed = await run_in_threadpool(
+                partial(self.core.operator.sign_in, _field(form, "token").strip(), client=client)
+            )
         except UnauthorizedError as error:
             return self._sign_in_page(request, next_, error.message, 401)
+        except RateLimitedError as error:  # too many failed sign-ins: the token was not looked at
+            return self._sign_in_page(
+                request, next_, error.message, 429, headers={"Retry-After": str(error.retry_after)}
+            )
         response = RedirectResponse(next_, status_code=303, headers=HEADERS)
         self._remember(response, signed.secret)
         response.delete_cookie(
@@ -1415,6 +1429,13 @@ class Console:
             return "signed in"
         if entry.action == "operator.sign_out":
             return "signed out"
+        if entry.action == "operator.sign_in_failed" and after is not None:
+            throttled = "; further attempts refused for a while" if after.get("throttled") else ""
+            return (
+                f"sign-in refused: {text(_shown(after.get('failuresInWindow')))} from"
+                f" {text(_shown(after.get('client')))} in {text(_shown(after.get('windowSeconds')))} s"
+                f"{throttled}"
+            )
         if before is None:
             return "created"
         if after is None:
