@@ -488,7 +488,8 @@ def test_the_throttle_counts_in_the_store_so_another_core_on_it_sees_the_failure
             with pytest.raises(UnauthorizedError):
                 first.operator.sign_in("pco_guess", client="203.0.113.7")
         if store_kind == "postgres":
-            url = first.store.url  # type: ignore[attr-defined]
+            assert isinstance(first.store, PostgresStore)
+            url = first.store.url
             second = PaymentCore.postgresql(url, clock=clock, sender=None)
         else:
             second = PaymentCore.sqlite(tmp_path / "test.db", clock=clock, sender=None)
