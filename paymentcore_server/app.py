@@ -69,8 +69,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CACHE_HOUR",
+    "HEADERS_TOO_LARGE",
     "HEALTH_TIMEOUT",
     "MAX_BODY",
+    "MAX_HEADERS",
     "MAX_IDEMPOTENCY_KEY",
     "UNAUTHORIZED_MESSAGE",
     "Api",
@@ -82,6 +84,7 @@ __all__ = [
     "check_idempotency_header",
     "create_app",
     "error_response",
+    "head_size",
     "http_error_handler",
     "json_response",
     "read_body",
@@ -89,6 +92,10 @@ __all__ = [
 ]
 
 MAX_BODY = 1024 * 1024
+#: the request line and headers together: more answers 431 (here, or in ``paymentcore_server._http``
+#: when the HTTP parser meets it first)
+MAX_HEADERS = 32 * 1024
+HEADERS_TOO_LARGE = "The request line and headers are larger than 32 KiB."
 MAX_IDEMPOTENCY_KEY = 200
 UNAUTHORIZED_MESSAGE = "A valid API key is required: send Authorization: Bearer <API_KEY>."
 CACHE_HOUR = "public, max-age=3600"
@@ -120,8 +127,16 @@ def error_response(request: Request, error: PaymentError) -> Response:
     return json_response(body, status_of(error), headers)
 
 
+def head_size(scope: Scope) -> int:
+    """About how many bytes the request line and headers took on the wire."""
+    line = len(scope.get("method", "")) + len(scope.get("raw_path") or b"")
+    line += len(scope.get("query_string", b"")) + 12  # the spaces, "HTTP/1.1" and CRLF
+    return line + sum(len(name) + len(value) + 4 for name, value in scope.get("headers", ()))
+
+
 class RequestIdMiddleware:
-    """Gives every request an id and puts it on every response as X-Request-Id."""
+    """Gives every request an id and puts it on every response as X-Request-Id; a request whose line
+    and headers pass MAX_HEADERS is answered 431 in the error shape (nothing else runs)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -132,6 +147,9 @@ class RequestIdMiddleware:
             return
         rid = "req_" + secrets.token_hex(12)
         scope.setdefault("state", {})["request_id"] = rid
+        if head_size(scope) > MAX_HEADERS:  # and the connection ends, as the parser's refusal does
+            await _send_error(send, 431, "INVALID_REQUEST", HEADERS_TOO_LARGE, rid, close=True)
+            return
         started = False
 
         async def send_with_id(message: Message) -> None:
@@ -149,21 +167,23 @@ class RequestIdMiddleware:
             log.exception("unhandled error (request %s)", rid)
             if started:
                 raise
-            body = wire.dumps(
-                {"code": "SERVER_ERROR", "message": ServerError.default_message, "requestId": rid}
-            ).encode()
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 500,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(body)).encode()),
-                        (b"x-request-id", rid.encode()),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
+            await _send_error(send, 500, "SERVER_ERROR", ServerError.default_message, rid)
+
+
+async def _send_error(
+    send: Send, status: int, code: str, message: str, rid: str, *, close: bool = False
+) -> None:
+    """An error in the documented shape, sent straight on the ASGI channel."""
+    body = wire.dumps({"code": code, "message": message, "requestId": rid}).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"x-request-id", rid.encode()),
+    ]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 async def read_body(request: Request) -> bytes:

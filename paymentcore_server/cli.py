@@ -485,7 +485,8 @@ def ensure_demo(core: PaymentCore, *, actor: str | None = None) -> dict[str, str
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from paymentcore_server.app import create_app
+    from paymentcore_server._http import http_protocol
+    from paymentcore_server.app import MAX_HEADERS, create_app
 
     configure_logging(args.log_format)
     metrics = _metrics(args)
@@ -511,6 +512,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             _serve_metrics(metrics, core, args.host, args.metrics_port)
         # with JSON logs uvicorn configures no logging of its own: its lines go through ours
         extra: dict[str, Any] = {"log_config": None} if json_logs else {}
+        # a request the parser refuses (headers past MAX_HEADERS: 431) answers in the error shape too
+        extra["http"] = http_protocol(MAX_HEADERS)
+        extra["h11_max_incomplete_event_size"] = MAX_HEADERS
         uvicorn.run(app, host=args.host, port=args.port, log_level="info", access_log=False, **extra)
     finally:
         if metrics is not None:
