@@ -304,14 +304,16 @@ class SignInThrottle:
                     limit=ceiling,
                 )
 
-    def failed(self, client: str, now: int) -> int:
-        """Count a failed sign-in of ``client``; how many it has in the window now."""
+    def failed(self, client: str, now: int) -> tuple[int, int]:
+        """Count a failed sign-in of ``client``; how many failures ``client``, and every client
+        together, have in the window now."""
         start = self.window.start_of(now)
         with self._book.transaction() as tx:
             counts = self._counts(tx, client, now)
             for key in (SIGN_IN_ALL, SIGN_IN_KEY + client):
                 tx.rates.add(key, self.window.width, start)
-        return sum(hits for _, hits in counts[1][2]) + 1
+        overall, mine = (sum(hits for _, hits in buckets) + 1 for _, _, buckets in counts)
+        return mine, overall
 
 
 class Access:

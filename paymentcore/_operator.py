@@ -593,9 +593,9 @@ class Operator:
             with self._deps.store.read() as tx:
                 operator = tx.operators.by_hash(digest) if digest is not None else None
             accepted = _accepts(operator, digest)
-            failures = 0 if accepted else self._sign_ins.failed(who, now)
+            failures = (0, 0) if accepted else self._sign_ins.failed(who, now)
         if not accepted:
-            self._sign_in_failed(who, failures)
+            self._sign_in_failed(who, *failures)
         secret = SESSION_SECRET_PREFIX + secrets.token_urlsafe(32)
         with self._deps.store.transaction() as tx:
             now = self._deps.clock.now()
@@ -614,17 +614,24 @@ class Operator:
             self._write(tx, operator.id, "operator.sign_in", operator.id, None, {"sessionId": session.id})
         return SignedIn(session=_session(session, operator), secret=secret)
 
-    def _sign_in_failed(self, client: str, failures: int) -> NoReturn:
+    def _sign_in_failed(self, client: str, failures: int, overall: int) -> NoReturn:
         """Record a refused sign-in (who tried from where; never the token) and refuse it."""
         sign_ins = self._sign_ins
-        throttled = failures >= sign_ins.per_client
-        if throttled:
+        seconds = sign_ins.window.length // 1000
+        if failures == sign_ins.per_client:
             _log.warning(
-                "console sign-in: %d failed sign-ins from %s in %d s; it is refused until some expire",
+                "console sign-in: %d failed from %s within %d s; that address is refused for a while",
                 failures,
                 client,
-                sign_ins.window.length // 1000,
+                seconds,
             )
+        if overall == sign_ins.overall:
+            _log.warning(
+                "console sign-in: %d failed from all addresses within %d s; every address is refused a while",
+                overall,
+                seconds,
+            )
+        throttled = failures >= sign_ins.per_client or overall >= sign_ins.overall
         with self._deps.store.transaction() as tx:
             self._write(
                 tx,
@@ -635,7 +642,7 @@ class Operator:
                 {
                     "client": client,
                     "failuresInWindow": failures,
-                    "windowSeconds": sign_ins.window.length // 1000,
+                    "windowSeconds": seconds,
                     "throttled": throttled,
                 },
             )

@@ -473,7 +473,9 @@ def test_failed_sign_ins_from_every_address_together_are_throttled(core: Payment
     with pytest.raises(RateLimitedError) as throttled:
         op.sign_in(created.token, client="192.0.2.1")  # a fresh address, the right token
     assert "from this address" not in throttled.value.message
-    assert len(failed_sign_ins(core)) == 100
+    recorded = failed_sign_ins(core)  # newest first: the 100th failure is the one that throttles
+    assert len(recorded) == 100
+    assert [after["throttled"] for _, after in recorded[:2]] == [True, False]
 
 
 def test_the_throttle_counts_in_the_store_so_another_core_on_it_sees_the_failures(
