@@ -119,6 +119,10 @@ class RateBook(Protocol):
 
     def transaction(self) -> AbstractContextManager[Counting]: ...
 
+    def ping(self, timeout: float = 0.5) -> None:
+        """Raise ``StoreUnavailableError`` unless the book answers and takes writes (the health check)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -242,10 +246,88 @@ class RateLimiter:
         )
 
 
+#: the counter of every client's failed console sign-ins together (a client's is SIGN_IN_KEY + name)
+SIGN_IN_KEY = "sign-in:"
+SIGN_IN_ALL = SIGN_IN_KEY + "*"
+
+
+def client_name(client: object) -> str:
+    """A client's address as the throttle and the audit trail name it: printable ASCII, no spaces, at
+    most 100 characters; ``unknown`` when there is none (a library call that names no client)."""
+    text = client if isinstance(client, str) else ""
+    kept = "".join(char for char in text if char.isascii() and char.isprintable() and not char.isspace())
+    return kept[:100] or "unknown"
+
+
+class SignInThrottle:
+    """Failed console sign-ins, counted in the rate book per client address and over all clients, in a
+    sliding window of ``Config.sign_in_window_seconds``: at ``Config.sign_in_failures_per_client``
+    failures from one address in the window that address is refused (RATE_LIMITED, with the seconds
+    until a failure leaves the window) without its token being looked at, and at
+    ``Config.sign_in_failures_overall`` failures in all every address is.
+
+    The book is shared by every process on the database (the store, or SQLite's rate file), so the
+    counts are too. Within a process, checking, looking the token up and counting a failure take turns
+    under one lock, so the counts are exact; processes checking at the same moment may each let one more
+    attempt through than the ceiling (at most one per process).
+    """
+
+    def __init__(self, book: RateBook, *, per_client: int, overall: int, window_seconds: int) -> None:
+        if not 60 <= window_seconds <= HOUR.length // 1000:  # the limiter's purge keeps an hour
+            raise ValueError("sign_in_window_seconds must be from 60 to 3600")
+        if per_client < 1 or overall < 1:
+            raise ValueError("the sign-in ceilings must be at least 1")
+        self._book = book
+        self.per_client = per_client
+        self.overall = overall
+        self.window = Window("sign-in", window_seconds * 1000, window_seconds * 1000 // 60)
+        self.turn = threading.Lock()
+
+    def _counts(self, tx: Counting, client: str, now: int) -> list[tuple[str, int, list[tuple[int, int]]]]:
+        since = self.window.since(now)
+        return [
+            (key, ceiling, tx.rates.buckets(key, self.window.width, since))
+            for key, ceiling in ((SIGN_IN_ALL, self.overall), (SIGN_IN_KEY + client, self.per_client))
+        ]
+
+    def check(self, client: str, now: int) -> None:
+        """Raise RATE_LIMITED when ``client``, or every client together, is at its ceiling."""
+        with self._book.transaction() as tx:
+            counts = self._counts(tx, client, now)
+        for key, ceiling, buckets in counts:
+            if sum(hits for _, hits in buckets) >= ceiling:
+                wait = retry_after(self.window, buckets, ceiling, now)
+                whose = "" if key == SIGN_IN_ALL else " from this address"
+                raise RateLimitedError(
+                    f"Too many failed sign-ins{whose}: try again in {wait} seconds.",
+                    retry_after=wait,
+                    limit=ceiling,
+                )
+
+    def failed(self, client: str, now: int) -> tuple[int, int]:
+        """Count a failed sign-in of ``client``; how many failures ``client``, and every client
+        together, have in the window now."""
+        start = self.window.start_of(now)
+        with self._book.transaction() as tx:
+            counts = self._counts(tx, client, now)
+            for key in (SIGN_IN_ALL, SIGN_IN_KEY + client):
+                tx.rates.add(key, self.window.width, start)
+        overall, mine = (sum(hits for _, hits in buckets) + 1 for _, _, buckets in counts)
+        return mine, overall
+
+
 class Access:
     def __init__(self, deps: Deps, rate_book: RateBook | None = None) -> None:
         self._deps = deps
-        self.limiter = RateLimiter(rate_book if rate_book is not None else deps.store)
+        book = rate_book if rate_book is not None else deps.store
+        self.limiter = RateLimiter(book)
+        config = deps.config
+        self.sign_ins = SignInThrottle(
+            book,
+            per_client=config.sign_in_failures_per_client,
+            overall=config.sign_in_failures_overall,
+            window_seconds=config.sign_in_window_seconds,
+        )
 
     def authenticate(self, token: str | None) -> Principal:
         """The caller behind a bearer token, or UNAUTHORIZED / CAPABILITY_DISABLED."""

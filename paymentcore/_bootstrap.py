@@ -107,7 +107,7 @@ class PaymentCore:
         )
         self.access = Access(self.deps, rate_book)
         self._rate_book = rate_book
-        self.operator = Operator(self.deps)
+        self.operator = Operator(self.deps, self.access.sign_ins)
         self.collect = Collect(self.deps, idem)
         self.disburse = Disburse(self.deps, idem)
         self.webhooks = Webhooks(self.deps, idem)
@@ -215,6 +215,19 @@ class PaymentCore:
     @property
     def catalogue(self) -> Catalogue:
         return self.deps.catalogue
+
+    def ping(self, timeout: float = 0.5) -> None:
+        """The health check: the database answers a query and takes writes, and so does the rate-limit
+        file when the counters have one (SQLite's ``<database>-rates``), within about ``timeout`` s.
+
+        Raises ``StoreUnavailableError``, or its ``StoreReadOnlyError`` when something answers but
+        cannot be written. Never waits for a writer, never holds the write lock but for an instant.
+        """
+        if self._rate_book is None:
+            self.store.ping(timeout)
+            return
+        self.store.ping(timeout / 2)
+        self._rate_book.ping(timeout / 2)
 
     def check_ledger(self, merchant_id: str, currency: str) -> Balance:
         """Recompute one balance from the journal; raises LedgerInvariantError if the books are off."""

@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 
 # Far beyond any currency's maximum, small enough that Decimal work on it is cheap.
 _MAX_DIGITS = 30
+#: The most minor units a stored amount may hold: the stores' columns are signed 64-bit integers
+#: (SQLite INTEGER, PostgreSQL BIGINT). Amounts are bounded far below by their currency; an operator's
+#: limits are checked against this.
+MAX_STORED_MINOR = 2**63 - 1
 
 
 @attrs.frozen

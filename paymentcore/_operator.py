@@ -12,18 +12,19 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import secrets
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NoReturn
 
 import attrs
 
 from paymentcore import _audit as audit
 from paymentcore import _ledger as ledger
 from paymentcore import wire
-from paymentcore._access import hash_key, new_secret
+from paymentcore._access import SignInThrottle, client_name, hash_key, new_secret
 from paymentcore._audit import DEFAULT_ACTOR, PLATFORM, StoredAuditEntry, StoredOperator, StoredSession
 from paymentcore._deps import Deps, require_merchant
 from paymentcore._models import (
@@ -36,7 +37,7 @@ from paymentcore._models import (
     Scope,
     Settings,
 )
-from paymentcore._money import to_decimal
+from paymentcore._money import MAX_STORED_MINOR, parse_decimal_text, parse_positive_minor, to_decimal
 from paymentcore._overview import DueItem, Overview, build_overview, due_items
 from paymentcore._pages import (
     DEFAULT_LIMIT,
@@ -63,7 +64,8 @@ from paymentcore._records import (
     payout_from,
     to_ms,
 )
-from paymentcore.errors import InvalidRequestError, NotFoundError, UnauthorizedError
+from paymentcore.catalogue import Currency
+from paymentcore.errors import AmountTooLargeError, InvalidRequestError, NotFoundError, UnauthorizedError
 from paymentcore.observe import WORK_KINDS
 from paymentcore.ports import Transaction
 
@@ -77,6 +79,9 @@ SESSION_MAX_MS = 12 * 3_600_000
 #: a session's last use is written at most this often (each write takes the store's write lock)
 SESSION_TOUCH_MS = 60_000
 SIGN_IN_REFUSED = "That token is not valid."
+#: the record a refused console sign-in is recorded against in the audit trail
+CONSOLE = "console"
+_log = logging.getLogger("paymentcore.console")
 
 UNSET: Any = object()
 
@@ -103,8 +108,15 @@ def _percent_to_ppm(percent: object) -> int:
 
 
 class Operator:
-    def __init__(self, deps: Deps) -> None:
+    def __init__(self, deps: Deps, sign_ins: SignInThrottle | None = None) -> None:
         self._deps = deps
+        config = deps.config
+        self._sign_ins = sign_ins or SignInThrottle(
+            deps.store,
+            per_client=config.sign_in_failures_per_client,
+            overall=config.sign_in_failures_overall,
+            window_seconds=config.sign_in_window_seconds,
+        )
 
     def _write(
         self,
@@ -181,6 +193,12 @@ class Operator:
     def set_collect_fee(self, merchant_id: str, percent: object, *, actor: str = DEFAULT_ACTOR) -> Merchant:
         ppm = _percent_to_ppm(percent)
         return self._change_merchant(merchant_id, "merchant.fee", actor, collect_fee_ppm=ppm)
+
+    @staticmethod
+    def check_collect_fee(percent: object) -> Decimal:
+        """The percentage ``set_collect_fee`` would set, or the error it would raise; changes nothing
+        (a form can refuse a value before asking to confirm it)."""
+        return Decimal(_percent_to_ppm(percent)) / Decimal(10_000)
 
     def block_provider(
         self, merchant_id: str, provider: str, blocked: bool = True, *, actor: str = DEFAULT_ACTOR
@@ -347,19 +365,21 @@ class Operator:
         review_threshold: object = UNSET,
         actor: str = DEFAULT_ACTOR,
     ) -> PayoutLimits:
-        """Change payout ceilings. A value is a Decimal, int or decimal string; None (or "none") clears it."""
+        """Change payout ceilings. A value is a Decimal, int or decimal string; None (or "none") clears it.
+
+        A value must be positive, have no more decimal places than the currency and be at most what the
+        store holds (``2**63 - 1`` minor units): else INVALID_REQUEST, AMOUNT_PRECISION or
+        AMOUNT_TOO_LARGE naming the field (``per-day``, ...), and nothing changes.
+        """
         actor = audit.check_actor(actor)
         cur = self._deps.catalogue.currency(currency, settleable=True)
-        changes: dict[str, int | None] = {}
-        for name, value in (
-            ("per_transaction", per_transaction),
-            ("per_day", per_day),
-            ("per_week", per_week),
-            ("review_threshold", review_threshold),
-        ):
-            if value is UNSET:
-                continue
-            changes[name] = _limit_value(value, cur.decimals, name)
+        changes = self._limit_changes(
+            cur,
+            per_transaction=per_transaction,
+            per_day=per_day,
+            per_week=per_week,
+            review_threshold=review_threshold,
+        )
         with self._deps.store.transaction() as tx:
             require_merchant(tx, merchant_id)
             before = tx.limits.get(merchant_id, cur.code) or PayoutLimits(
@@ -377,6 +397,31 @@ class Operator:
                 audit.limits_state(limits, cat),
             )
             return limits
+
+    def check_limits(
+        self,
+        currency: str,
+        *,
+        per_transaction: object = UNSET,
+        per_day: object = UNSET,
+        per_week: object = UNSET,
+        review_threshold: object = UNSET,
+    ) -> dict[str, Decimal | None]:
+        """The limits ``set_limits`` would set (the given ones, in the currency's units; None clears),
+        or the error it would raise; changes nothing."""
+        cur = self._deps.catalogue.currency(currency, settleable=True)
+        changes = self._limit_changes(
+            cur,
+            per_transaction=per_transaction,
+            per_day=per_day,
+            per_week=per_week,
+            review_threshold=review_threshold,
+        )
+        return {name: None if minor is None else to_decimal(minor, cur) for name, minor in changes.items()}
+
+    @staticmethod
+    def _limit_changes(cur: Currency, **values: object) -> dict[str, int | None]:
+        return {name: _limit_value(value, cur, name) for name, value in values.items() if value is not UNSET}
 
     # --- balances --------------------------------------------------------------------------------
 
@@ -627,23 +672,36 @@ class Operator:
             raise NotFoundError(f"No operator {str(operator_id)[:80]}.", param="operator")
         return operator
 
-    def sign_in(self, token: str) -> SignedIn:
+    def sign_in(self, token: str, *, client: str | None = None) -> SignedIn:
         """A new console session for the operator whose sign-in token this is.
 
         Refused with UnauthorizedError, always with the same message, for an unknown, malformed or
-        revoked token (whether an operator exists is not told). The sign-in is in the audit trail.
+        revoked token (whether an operator exists is not told). The sign-in is in the audit trail, and
+        so is a refused one (``operator.sign_in_failed``, by ``client:<address>``; never the token).
+
+        ``client`` is the address the attempt came from (the console passes the request's). Failed
+        sign-ins are throttled (:class:`paymentcore._access.SignInThrottle`): at
+        ``Config.sign_in_failures_per_client`` failures from one address within
+        ``Config.sign_in_window_seconds``, or ``Config.sign_in_failures_overall`` from all together,
+        an attempt is refused with RateLimitedError (``retry_after`` seconds) before its token is
+        looked at, the right token included.
         """
+        who = client_name(client)
         digest = _digest(token) if _plausible(token, OPERATOR_TOKEN_PREFIX) else None
+        with self._sign_ins.turn:
+            now = self._deps.clock.now()
+            self._sign_ins.check(who, now)
+            with self._deps.store.read() as tx:
+                operator = tx.operators.by_hash(digest) if digest is not None else None
+            accepted = _accepts(operator, digest)
+            failures = (0, 0) if accepted else self._sign_ins.failed(who, now)
+        if not accepted:
+            self._sign_in_failed(who, *failures)
         secret = SESSION_SECRET_PREFIX + secrets.token_urlsafe(32)
         with self._deps.store.transaction() as tx:
             now = self._deps.clock.now()
             operator = tx.operators.by_hash(digest) if digest is not None else None
-            if (
-                digest is None
-                or operator is None
-                or not hmac.compare_digest(operator.token_hash, digest)
-                or operator.revoked
-            ):
+            if operator is None or not _accepts(operator, digest):  # revoked meanwhile
                 raise UnauthorizedError(SIGN_IN_REFUSED)
             tx.sessions.purge(seen_before=now - SESSION_IDLE_MS, created_before=now - SESSION_MAX_MS)
             session = StoredSession(
@@ -656,6 +714,40 @@ class Operator:
             tx.sessions.put(session)
             self._write(tx, operator.id, "operator.sign_in", operator.id, None, {"sessionId": session.id})
         return SignedIn(session=_session(session, operator), secret=secret)
+
+    def _sign_in_failed(self, client: str, failures: int, overall: int) -> NoReturn:
+        """Record a refused sign-in (who tried from where; never the token) and refuse it."""
+        sign_ins = self._sign_ins
+        seconds = sign_ins.window.length // 1000
+        if failures == sign_ins.per_client:
+            _log.warning(
+                "console sign-in: %d failed from %s within %d s; that address is refused for a while",
+                failures,
+                client,
+                seconds,
+            )
+        if overall == sign_ins.overall:
+            _log.warning(
+                "console sign-in: %d failed from all addresses within %d s; every address is refused a while",
+                overall,
+                seconds,
+            )
+        throttled = failures >= sign_ins.per_client or overall >= sign_ins.overall
+        with self._deps.store.transaction() as tx:
+            self._write(
+                tx,
+                f"client:{client}",
+                "operator.sign_in_failed",
+                CONSOLE,
+                None,
+                {
+                    "client": client,
+                    "failuresInWindow": failures,
+                    "windowSeconds": seconds,
+                    "throttled": throttled,
+                },
+            )
+        raise UnauthorizedError(SIGN_IN_REFUSED)
 
     def session(self, secret: str) -> ConsoleSession:
         """The live session whose secret this is (its use recorded), or UnauthorizedError when there is
@@ -735,21 +827,39 @@ def _ceiling(value: int, name: str) -> int:
     return value
 
 
-def _limit_value(value: object, decimals: int, name: str) -> int | None:
-    from paymentcore._money import parse_decimal_text, parse_positive_minor
-
+def _limit_value(value: object, cur: Currency, name: str) -> int | None:
+    """A limit in minor units (None clears it), at most what the store holds."""
     if value is None or (isinstance(value, str) and value.strip().lower() == "none"):
         return None
     param = name.replace("_", "-")
-    if isinstance(value, str):
-        return parse_decimal_text(value, decimals, param=param)
-    return parse_positive_minor(value, decimals, param=param)
+    largest = f"A limit is at most {to_decimal(MAX_STORED_MINOR, cur)} {cur.code}, the most the store holds."
+    details = {"maximum": to_decimal(MAX_STORED_MINOR, cur), "currency": cur.code}
+    try:
+        if isinstance(value, str):
+            minor = parse_decimal_text(value, cur.decimals, param=param)
+        else:
+            minor = parse_positive_minor(value, cur.decimals, param=param)
+    except AmountTooLargeError:  # too many digits to be money at all
+        raise AmountTooLargeError(largest, param=param, details=details) from None
+    if minor > MAX_STORED_MINOR:
+        raise AmountTooLargeError(largest, param=param, details=details)
+    return minor
 
 
 def _check_name(name: object) -> str:
     if not isinstance(name, str) or not name.strip() or len(name) > 120 or not name.isprintable():
         raise InvalidRequestError("A name of 1 to 120 printable characters is required.", param="name")
     return name.strip()
+
+
+def _accepts(operator: StoredOperator | None, digest: str | None) -> bool:
+    """The operator found by a token's digest signs in: found, the digest matches, not revoked."""
+    return (
+        operator is not None
+        and digest is not None
+        and hmac.compare_digest(operator.token_hash, digest)
+        and not operator.revoked
+    )
 
 
 def _digest(secret: str) -> str:

@@ -68,6 +68,7 @@ __all__ = [
     "SessionRepository",
     "SettingsRepository",
     "Store",
+    "StoreReadOnlyError",
     "StoreUnavailableError",
     "Tally",
     "Transaction",
@@ -598,10 +599,13 @@ class Store(Protocol):
         ...
 
     def ping(self, timeout: float = 0.5) -> None:
-        """Run a trivial read on the database, giving up after about ``timeout`` seconds.
+        """Run a trivial read on the database and check that it takes writes, giving up after about
+        ``timeout`` seconds.
 
         Raises :class:`StoreUnavailableError` when the database cannot be reached (a missing file,
-        a lock held past ``timeout``, a broken connection); never waits for a writer longer than that.
+        a lock held past ``timeout``, a broken connection), :class:`StoreReadOnlyError` when it answers
+        but cannot be written (a read-only file, a read-only server); never waits for a writer longer
+        than that, and never holds the write lock for more than an instant.
         """
         ...
 
@@ -610,6 +614,10 @@ class Store(Protocol):
 
 class StoreUnavailableError(Exception):
     """The store could not run a query (see :meth:`Store.ping`)."""
+
+
+class StoreReadOnlyError(StoreUnavailableError):
+    """The store answers but cannot be written: a read-only file, a read-only database server."""
 
 
 # --- the mobile money networks --------------------------------------------------------------------

@@ -43,6 +43,7 @@ from paymentcore import (
 from paymentcore import Scope as KeyScope
 from paymentcore.adapters.memory import MemoryStore
 from paymentcore.adapters.sqlite import SqliteStore
+from paymentcore.ports import StoreReadOnlyError
 from paymentcore_server._wire import (
     IDEMPOTENCY_HEADER,
     Fields,
@@ -68,8 +69,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CACHE_HOUR",
+    "HEADERS_TOO_LARGE",
     "HEALTH_TIMEOUT",
     "MAX_BODY",
+    "MAX_HEADERS",
     "MAX_IDEMPOTENCY_KEY",
     "UNAUTHORIZED_MESSAGE",
     "Api",
@@ -81,6 +84,7 @@ __all__ = [
     "check_idempotency_header",
     "create_app",
     "error_response",
+    "head_size",
     "http_error_handler",
     "json_response",
     "read_body",
@@ -88,6 +92,10 @@ __all__ = [
 ]
 
 MAX_BODY = 1024 * 1024
+#: the request line and headers together: more answers 431 (here, or in ``paymentcore_server._http``
+#: when the HTTP parser meets it first)
+MAX_HEADERS = 32 * 1024
+HEADERS_TOO_LARGE = "The request line and headers are larger than 32 KiB."
 MAX_IDEMPOTENCY_KEY = 200
 UNAUTHORIZED_MESSAGE = "A valid API key is required: send Authorization: Bearer <API_KEY>."
 CACHE_HOUR = "public, max-age=3600"
@@ -119,8 +127,16 @@ def error_response(request: Request, error: PaymentError) -> Response:
     return json_response(body, status_of(error), headers)
 
 
+def head_size(scope: Scope) -> int:
+    """About how many bytes the request line and headers took on the wire."""
+    line = len(scope.get("method", "")) + len(scope.get("raw_path") or b"")
+    line += len(scope.get("query_string", b"")) + 12  # the spaces, "HTTP/1.1" and CRLF
+    return line + sum(len(name) + len(value) + 4 for name, value in scope.get("headers", ()))
+
+
 class RequestIdMiddleware:
-    """Gives every request an id and puts it on every response as X-Request-Id."""
+    """Gives every request an id and puts it on every response as X-Request-Id; a request whose line
+    and headers pass MAX_HEADERS is answered 431 in the error shape (nothing else runs)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -131,6 +147,9 @@ class RequestIdMiddleware:
             return
         rid = "req_" + secrets.token_hex(12)
         scope.setdefault("state", {})["request_id"] = rid
+        if head_size(scope) > MAX_HEADERS:  # and the connection ends, as the parser's refusal does
+            await _send_error(send, 431, "INVALID_REQUEST", HEADERS_TOO_LARGE, rid, close=True)
+            return
         started = False
 
         async def send_with_id(message: Message) -> None:
@@ -148,21 +167,23 @@ class RequestIdMiddleware:
             log.exception("unhandled error (request %s)", rid)
             if started:
                 raise
-            body = wire.dumps(
-                {"code": "SERVER_ERROR", "message": ServerError.default_message, "requestId": rid}
-            ).encode()
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 500,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(body)).encode()),
-                        (b"x-request-id", rid.encode()),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
+            await _send_error(send, 500, "SERVER_ERROR", ServerError.default_message, rid)
+
+
+async def _send_error(
+    send: Send, status: int, code: str, message: str, rid: str, *, close: bool = False
+) -> None:
+    """An error in the documented shape, sent straight on the ASGI channel."""
+    body = wire.dumps({"code": code, "message": message, "requestId": rid}).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"x-request-id", rid.encode()),
+    ]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 async def read_body(request: Request) -> bytes:
@@ -611,7 +632,8 @@ class Api:
         ]
 
     async def healthz(self, request: Request) -> Response:
-        """200 when a query on the database answers within HEALTH_TIMEOUT, else 503 SERVER_ERROR.
+        """200 when a query on the database answers, and it takes writes, within HEALTH_TIMEOUT; else
+        503 SERVER_ERROR ("cannot be written" when it answers but is read-only: ``core.ping``).
 
         The ping runs on a small pool of its own (never the request threads, which may all be waiting
         for the database) and the answer never waits for it longer than HEALTH_TIMEOUT.
@@ -619,18 +641,21 @@ class Api:
         if self._health_pool is None:
             self._health_pool = ThreadPoolExecutor(2, thread_name_prefix="paymentcore-health")
         loop = asyncio.get_running_loop()
-        ping = loop.run_in_executor(self._health_pool, self.core.store.ping, HEALTH_TIMEOUT * 0.6)
+        ping = loop.run_in_executor(self._health_pool, self.core.ping, HEALTH_TIMEOUT * 0.6)
         try:
             await asyncio.wait_for(ping, HEALTH_TIMEOUT)
+        except StoreReadOnlyError as exc:
+            log.warning("health check failed: the database cannot be written (%s)", exc)
+            return self._unhealthy(request, "The database cannot be written.")
         except Exception as exc:
             log.warning("health check failed: the database did not answer (%s)", exc or type(exc).__name__)
-            body = {
-                "code": "SERVER_ERROR",
-                "message": "The database is not reachable.",
-                "requestId": request_id(request),
-            }
-            return json_response(body, 503, {"Cache-Control": "no-store"})
+            return self._unhealthy(request, "The database is not reachable.")
         return json_response({"status": "ok"})
+
+    @staticmethod
+    def _unhealthy(request: Request, message: str) -> Response:
+        body = {"code": "SERVER_ERROR", "message": message, "requestId": request_id(request)}
+        return json_response(body, 503, {"Cache-Control": "no-store"})
 
     async def openapi(self, request: Request) -> Response:
         from paymentcore_server.openapi import openapi_document

@@ -229,6 +229,12 @@ def _observability_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+#: the longest --sandbox-delay (a day) and webhook retry delay (30 days) taken, in seconds
+MAX_SANDBOX_DELAY = 86_400
+MAX_RETRY_DELAY = 30 * 86_400
+MAX_RETRIES = 100
+
+
 def _limit(text: str) -> int:
     try:
         limit = int(text)
@@ -237,6 +243,34 @@ def _limit(text: str) -> int:
     if not 1 <= limit <= 100:
         raise argparse.ArgumentTypeError("--limit takes a whole number from 1 to 100")
     return limit
+
+
+def _sandbox_delay(text: str) -> float:
+    """Seconds from 0 to a day, finite (a float: the sandbox may answer in 0.5 s)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 <= seconds <= MAX_SANDBOX_DELAY:  # NaN fails both comparisons
+        raise argparse.ArgumentTypeError(f"takes seconds from 0 to {MAX_SANDBOX_DELAY}, not {text!r}")
+    return seconds
+
+
+def _retry_delays(text: str) -> tuple[int, ...]:
+    """Whole seconds separated by commas, each from 0 to 30 days, at most 100 of them; or ``none``."""
+    if text.strip().lower() == "none":
+        return ()
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    if not parts or not all(part.isascii() and part.isdigit() for part in parts):
+        raise argparse.ArgumentTypeError(
+            f"takes whole seconds separated by commas (5,60,600), or 'none'; not {text!r}"
+        )
+    delays = tuple(int(part) for part in parts)
+    if len(delays) > MAX_RETRIES or max(delays) > MAX_RETRY_DELAY:
+        raise argparse.ArgumentTypeError(
+            f"takes at most {MAX_RETRIES} delays of at most {MAX_RETRY_DELAY} seconds (30 days) each"
+        )
+    return delays
 
 
 def _page_flags(parser: argparse.ArgumentParser) -> None:
@@ -264,12 +298,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", parents=[common], help="run the HTTP server (and the worker)")
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--port", type=_port, default=8000)
     serve.add_argument("--public-url", default=None)
     serve.add_argument("--network", default="sandbox", choices=["sandbox"])
-    serve.add_argument("--sandbox-delay", type=float, default=2.0)
+    serve.add_argument("--sandbox-delay", type=_sandbox_delay, default=2.0)
     _sandbox_hang_flags(serve)
-    serve.add_argument("--webhook-retry-delays", default=None)
+    serve.add_argument("--webhook-retry-delays", type=_retry_delays, default=None)
     serve.add_argument("--allow-private-webhooks", action="store_true")
     serve.add_argument("--demo", action="store_true")
     serve.add_argument(
@@ -279,9 +313,9 @@ def build_parser() -> argparse.ArgumentParser:
     _observability_flags(serve)
 
     worker = sub.add_parser("worker", parents=[common], help="run the background work alone")
-    worker.add_argument("--sandbox-delay", type=float, default=2.0)
+    worker.add_argument("--sandbox-delay", type=_sandbox_delay, default=2.0)
     _sandbox_hang_flags(worker)
-    worker.add_argument("--webhook-retry-delays", default=None)
+    worker.add_argument("--webhook-retry-delays", type=_retry_delays, default=None)
     worker.add_argument("--allow-private-webhooks", action="store_true")
     worker.add_argument("--public-url", default=None)
     worker.add_argument("--synchronous", default="FULL", choices=["FULL", "NORMAL"])
@@ -386,20 +420,6 @@ def build_parser() -> argparse.ArgumentParser:
 # --- running -------------------------------------------------------------------------------------
 
 
-def _retry_delays(text: str | None) -> tuple[int, ...] | None:
-    if text is None:
-        return None
-    if text.strip().lower() == "none":
-        return ()
-    try:
-        delays = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise CliError("--webhook-retry-delays takes seconds separated by commas, or 'none'") from None
-    if any(d < 0 for d in delays):
-        raise CliError("--webhook-retry-delays takes non-negative seconds")
-    return delays
-
-
 def open_core(
     args: argparse.Namespace, *, observer: Observer | None = None, **config_changes: Any
 ) -> PaymentCore:
@@ -467,9 +487,8 @@ def _server_config(args: argparse.Namespace) -> dict[str, Any]:
         ),
         "sandbox_hang_seconds": args.sandbox_hang_seconds,
     }
-    delays = _retry_delays(args.webhook_retry_delays)
-    if delays is not None:
-        changes["webhook_retry_delays"] = delays
+    if args.webhook_retry_delays is not None:  # checked by the parser (_retry_delays)
+        changes["webhook_retry_delays"] = args.webhook_retry_delays
     public_url = args.public_url
     if public_url is None and args.command == "serve":
         public_url = f"http://{args.host}:{args.port}"
@@ -501,7 +520,8 @@ def ensure_demo(core: PaymentCore, *, actor: str | None = None) -> dict[str, str
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from paymentcore_server.app import create_app
+    from paymentcore_server._http import http_protocol
+    from paymentcore_server.app import MAX_HEADERS, create_app
 
     configure_logging(args.log_format)
     metrics = _metrics(args)
@@ -527,6 +547,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             _serve_metrics(metrics, core, args.host, args.metrics_port)
         # with JSON logs uvicorn configures no logging of its own: its lines go through ours
         extra: dict[str, Any] = {"log_config": None} if json_logs else {}
+        # a request the parser refuses (headers past MAX_HEADERS: 431) answers in the error shape too
+        extra["http"] = http_protocol(MAX_HEADERS)
+        extra["h11_max_incomplete_event_size"] = MAX_HEADERS
         uvicorn.run(app, host=args.host, port=args.port, log_level="info", access_log=False, **extra)
     finally:
         if metrics is not None:

@@ -28,6 +28,7 @@ import re
 import secrets
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from decimal import Decimal
+from functools import partial
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
@@ -51,6 +52,7 @@ from paymentcore import (
     PaymentCore,
     PaymentError,
     PayoutStatus,
+    RateLimitedError,
     UnauthorizedError,
     from_ms,
 )
@@ -186,6 +188,14 @@ class PageError(Exception):
         self.status = status
 
 
+class FieldError(PageError):
+    """A value typed in a form is refused: the form is shown again, with what was typed, and why."""
+
+
+#: what shows a form again after a refused value: (title, content, navigation entry), as a page's
+Again = Callable[["Signed", Request, "Form"], tuple[str, str, str | None]]
+
+
 def _field(form: Form, name: str) -> str:
     return next((value for key, value in form if key == name), "")
 
@@ -200,7 +210,7 @@ def _optional_int(form: Form, name: str, label: str) -> int | None:
     if not raw:
         return None
     if not raw.isascii() or not raw.isdigit() or not 1 <= int(raw[:9]) <= 1_000_000 or len(raw) > 7:
-        raise PageError(f"{label} must be a whole number from 1 to 1000000.")
+        raise FieldError(f"{label} must be a whole number from 1 to 1000000.")
     return int(raw)
 
 
@@ -323,9 +333,15 @@ class Console:
 
         return handle
 
-    def action(self, plan: Callable[[Signed, Request, Form], Plan]) -> Callable[[Request], Any]:
+    def action(
+        self, plan: Callable[[Signed, Request, Form], Plan], again: Again | None = None
+    ) -> Callable[[Request], Any]:
         """A state-changing POST: signed in, same origin, the session's CSRF token; then a confirmation
-        page, and on "Confirm" the action itself, as the signed-in operator."""
+        page, and on "Confirm" the action itself, as the signed-in operator.
+
+        A value typed in the form that is refused (a :class:`FieldError`, or a library error naming a
+        field of ``LABELS``), before or on "Confirm", shows the form again through ``again`` (the
+        page holding it, with the values as typed) and the reason; nothing changes."""
 
         async def handle(request: Request) -> Response:
             try:
@@ -358,8 +374,12 @@ class Console:
                         )
                     done = planned.perform(who.actor)
                 except PageError as error:
+                    if again is not None and isinstance(error, FieldError):
+                        return self._again(who, request, form, again, error.message, error.status)
                     return self._frame(who, "Not done", _back(back), error=error.message, status=error.status)
                 except PaymentError as error:
+                    if again is not None and error.param in LABELS:
+                        return self._again(who, request, form, again, _message(error), error.http_status)
                     return self._frame(
                         who, "Not done", _back(back), error=_message(error), status=error.http_status
                     )
@@ -370,6 +390,16 @@ class Console:
             return await run_in_threadpool(run)
 
         return handle
+
+    def _again(
+        self, who: Signed, request: Request, form: Form, again: Again, message: str, status: int
+    ) -> Response:
+        """The form a refused value came from, shown again with the values as typed and the reason."""
+        try:
+            title, content, current = again(who, request, form)
+        except (PageError, PaymentError):  # the record itself is gone: say only why
+            return self._frame(who, "Not done", "", error=message, status=status)
+        return self._frame(who, title, content, current=current, error=message, status=status)
 
     @staticmethod
     def _confirmation(who: Signed, request: Request, form: Form, planned: Plan) -> str:
@@ -419,7 +449,12 @@ class Console:
     # --- sign-in and sign-out ----------------------------------------------------------------------
 
     def _sign_in_page(
-        self, request: Request, next_: str, error: str | None = None, status: int = 200
+        self,
+        request: Request,
+        next_: str,
+        error: str | None = None,
+        status: int = 200,
+        headers: Mapping[str, str] | None = None,
     ) -> Response:
         """The sign-in form, with its own CSRF token: a random value both in a hidden field and in a
         short-lived cookie (``SIGN_IN_COOKIE``), which the POST must carry alike (there is no session
@@ -436,7 +471,7 @@ class Console:
             "<p class='muted'>The sign-in token printed by <code>paymentcore operator create</code>.</p>"
             "<button type='submit'>Sign in</button></form></div>"
         )
-        response = self._html(page("Sign in", content, error=error), status)
+        response = self._html(page("Sign in", content, error=error), status, headers)
         response.set_cookie(
             SIGN_IN_COOKIE,
             token,
@@ -469,10 +504,17 @@ class Console:
         ):
             refused = "Sign in from the console's own sign-in page (this form has expired). Try again."
             return self._sign_in_page(request, next_, refused, 403)
+        client = request.client.host if request.client is not None else None
         try:
-            signed = await run_in_threadpool(self.core.operator.sign_in, _field(form, "token").strip())
+            signed = await run_in_threadpool(
+                partial(self.core.operator.sign_in, _field(form, "token").strip(), client=client)
+            )
         except UnauthorizedError as error:
             return self._sign_in_page(request, next_, error.message, 401)
+        except RateLimitedError as error:  # too many failed sign-ins: the token was not looked at
+            return self._sign_in_page(
+                request, next_, error.message, 429, headers={"Retry-After": str(error.retry_after)}
+            )
         response = RedirectResponse(next_, status_code=303, headers=HEADERS)
         self._remember(response, signed.secret)
         response.delete_cookie(
@@ -773,10 +815,14 @@ class Console:
         css = "good" if m.status is MerchantStatus.APPROVED else "bad"
         return f"<span class='status {css}'>{m.status.value}</span>"
 
-    def merchant_page(self, who: Signed, request: Request) -> tuple[str, str, str | None]:
+    def merchant_page(
+        self, who: Signed, request: Request, typed: Form | None = None
+    ) -> tuple[str, str, str | None]:
+        """A merchant's page; ``typed``: a refused fee or limits form, shown again as typed."""
         op = self.core.operator
         m = op.get_merchant(request.path_params["merchant"])
         base = f"{PREFIX}/merchants/{quote(m.id)}"
+        verb = request.path_params.get("verb") if typed is not None else None
         switches = []
         if m.status is MerchantStatus.APPROVED:
             switches.append(button_form(f"{base}/suspend", "Suspend", who.csrf, css="danger"))
@@ -799,11 +845,12 @@ class Console:
                 "Created": moment(from_ms(m.created_at)),
             }
         )
+        fee_value = _field(typed, "percent") if typed is not None and verb == "fee" else fee
         fee_form = (
             f"<form method='post' action=\"{attr(base + '/fee')}\">{hidden_fields([('csrf', who.csrf)])}"
             "<div class='fields'><div><label for='fee'>Collect fee (percent)</label>"
-            f"<input id='fee' name='percent' type='text' inputmode='decimal' value=\"{attr(fee)}\"></div>"
-            "<div><button type='submit'>Set fee</button></div></div></form>"
+            f"<input id='fee' name='percent' type='text' inputmode='decimal' value=\"{attr(fee_value)}\">"
+            "</div><div><button type='submit'>Set fee</button></div></div></form>"
         )
         balances = table(
             ["Currency", "Available", "Reserved"],
@@ -818,17 +865,22 @@ class Console:
             empty="No balance yet.",
             numeric=(1, 2),
         )
+        if typed is not None and verb == "limits":
+            limits = self._limits(m, who, _field(typed, "currency"), typed)
+        else:
+            limits = self._limits(m, who, request.query_params.get("limits"))
         content = (
             f"<div class='card'>{account}<p class='actions'>{''.join(switches)}</p>{fee_form}</div>"
             f'<p><a href="{attr(base + "/keys")}">Keys of this merchant</a> · '
             f'<a href="{attr(PREFIX + "/webhooks#m-" + m.id)}">Webhook</a> · '
             f'<a href="{attr(PREFIX + "/audit?" + urlencode({"record": m.id}))}">Audit log</a></p>'
             f"<h2>Balances</h2>{balances}"
-            f"<h2>Payout limits</h2>{self._limits(m, who, request.query_params.get('limits'))}"
+            f"<h2>Payout limits</h2>{limits}"
         )
         return m.name, content, f"{PREFIX}/merchants"
 
-    def _limits(self, m: Merchant, who: Signed, editing: str | None) -> str:
+    def _limits(self, m: Merchant, who: Signed, editing: str | None, typed: Form | None = None) -> str:
+        """The limits of each currency, and the form for one (``typed``: as typed, refused)."""
         rows = []
         settleable = [c for c in self.core.catalogue.currencies.values() if not c.checkout_only]
         chosen = next((c for c in settleable if c.code == editing), None) or next(
@@ -872,6 +924,8 @@ class Console:
             empty="No currency.",
             numeric=(2, 3, 4, 5, 6),
         )
+        if typed is not None:
+            shown = {name: _field(typed, name) for name in shown}
         inputs = "".join(
             f"<div><label for='lim-{name}'>{label}</label><input id='lim-{name}' name='{name}' type='text'"
             f" inputmode='decimal' value=\"{attr('' if shown.get(name) is None else shown[name])}\"></div>"
@@ -940,9 +994,10 @@ class Console:
             )
         if verb == "fee":
             percent = _field(form, "percent").strip()
+            shown = op.check_collect_fee(percent)  # a refused value: the form again, before Confirm
             return Plan(
                 f"Set the collect fee of {m.name}?",
-                head + f"<p>New platform fee on each collection: <strong>{text(percent)} %</strong>.</p>",
+                head + f"<p>New platform fee on each collection: <strong>{text(shown)} %</strong>.</p>",
                 page_url,
                 lambda actor: _then(op.set_collect_fee(mid, percent, actor=actor), f"{page_url}?done=fee"),
             )
@@ -952,9 +1007,10 @@ class Console:
                 name: (_field(form, name).strip() or None)
                 for name in ("per_transaction", "per_day", "per_week", "review_threshold")
             }
+            checked = op.check_limits(currency, **values)  # a refused value: the form again
             listed = definition_list(
                 {
-                    label: text(values[name], empty="none")
+                    label: text(checked[name], empty="none")
                     for name, label in (
                         ("per_transaction", "Per payout"),
                         ("per_day", "Per day"),
@@ -1017,11 +1073,21 @@ class Console:
         return "Keys", content, f"{PREFIX}/keys"
 
     def merchant_keys(self, who: Signed, request: Request) -> tuple[str, str, str | None]:
+        return self._keys_page(who, request.path_params["merchant"])
+
+    def _keys_page(
+        self, who: Signed, merchant_id: str, typed: Form | None = None, typed_key: str | None = None
+    ) -> tuple[str, str, str | None]:
+        """A merchant's keys; ``typed``: a refused form shown again as typed, the rate limits of the key
+        ``typed_key``, or (without it) the new key's."""
         op = self.core.operator
-        m = op.get_merchant(request.path_params["merchant"])
+        m = op.get_merchant(merchant_id)
         rows = []
         for k in op.keys(m.id):
             base = f"{PREFIX}/keys/{quote(k.id)}"
+            minute, hour = str(k.per_minute), str(k.per_hour)
+            if typed is not None and k.id == typed_key:
+                minute, hour = _field(typed, "per_minute"), _field(typed, "per_hour")
             if k.revoked:
                 actions = "<span class='muted'>revoked</span>"
             else:
@@ -1030,10 +1096,10 @@ class Console:
                     f"{hidden_fields([('csrf', who.csrf)])}"
                     "<label class='check'>Per minute <input class='small' type='number' min='1'"
                     " max='1000000' name='per_minute'"
-                    f" value='{k.per_minute}' aria-label='Per minute for {attr(k.id)}'></label>"
+                    f" value=\"{attr(minute)}\" aria-label='Per minute for {attr(k.id)}'></label>"
                     "<label class='check'>Per hour <input class='small' type='number' min='1'"
                     " max='1000000' name='per_hour'"
-                    f" value='{k.per_hour}' aria-label='Per hour for {attr(k.id)}'></label>"
+                    f" value=\"{attr(hour)}\" aria-label='Per hour for {attr(k.id)}'></label>"
                     "<button type='submit' class='plain'>Set rate limits</button></form>"
                     + button_form(f"{base}/revoke", "Revoke", who.csrf, css="danger")
                 )
@@ -1048,19 +1114,27 @@ class Console:
                 ]
             )
         config = self.core.config
+        new = typed if typed is not None and typed_key is None else []
+        scopes = _values(new, "scope")
+
+        def check(scope: str) -> str:
+            return " checked" if scope in scopes else ""
+
         create = (
             "<h2>New key</h2><div class='card'>"
             f"<form method='post' action=\"{attr(PREFIX + '/merchants/' + quote(m.id) + '/keys')}\">"
             f"{hidden_fields([('csrf', who.csrf)])}"
             "<p>Scopes cannot be changed later. The key is shown once, right after it is created.</p>"
-            "<label class='check'><input type='checkbox' name='scope' value='collect'> Collect</label>"
-            "<label class='check'><input type='checkbox' name='scope' value='disburse'> Disburse</label>"
+            f"<label class='check'><input type='checkbox' name='scope' value='collect'{check('collect')}>"
+            " Collect</label>"
+            f"<label class='check'><input type='checkbox' name='scope' value='disburse'{check('disburse')}>"
+            " Disburse</label>"
             "<div class='fields'><div><label for='key-minute'>Per minute</label>"
             f"<input id='key-minute' name='per_minute' type='number' min='1' max='1000000'"
-            f" placeholder='{config.default_per_minute}'></div>"
+            f" placeholder='{config.default_per_minute}' value=\"{attr(_field(new, 'per_minute'))}\"></div>"
             "<div><label for='key-hour'>Per hour</label>"
             f"<input id='key-hour' name='per_hour' type='number' min='1' max='1000000'"
-            f" placeholder='{config.default_per_hour}'></div>"
+            f" placeholder='{config.default_per_hour}' value=\"{attr(_field(new, 'per_hour'))}\"></div>"
             "<div><button type='submit'>Create key</button></div></div></form></div>"
         )
         content = (
@@ -1082,7 +1156,7 @@ class Console:
         per_minute = _optional_int(form, "per_minute", "Per minute")
         per_hour = _optional_int(form, "per_hour", "Per hour")
         if not scopes:
-            raise PageError("Choose at least one scope: Collect, Disburse or both.")
+            raise FieldError("Choose at least one scope: Collect, Disburse or both.")
         keys_url = f"{PREFIX}/merchants/{quote(m.id)}/keys"
         config = self.core.config
         summary = definition_list(
@@ -1375,6 +1449,13 @@ class Console:
             return "signed in"
         if entry.action == "operator.sign_out":
             return "signed out"
+        if entry.action == "operator.sign_in_failed" and after is not None:
+            throttled = "; further attempts refused for a while" if after.get("throttled") else ""
+            return (
+                f"sign-in refused: {text(_shown(after.get('failuresInWindow')))} from"
+                f" {text(_shown(after.get('client')))} in {text(_shown(after.get('windowSeconds')))} s"
+                f"{throttled}"
+            )
         if before is None:
             return "created"
         if after is None:
@@ -1430,6 +1511,19 @@ class Console:
         )
         return "Audit log", content, f"{PREFIX}/audit"
 
+    # --- forms shown again after a refused value ---------------------------------------------------
+
+    def merchant_form_again(self, who: Signed, request: Request, form: Form) -> tuple[str, str, str | None]:
+        """A merchant's fee, limits or new-key form, as typed."""
+        if request.path_params["verb"] == "keys":
+            return self._keys_page(who, request.path_params["merchant"], form)
+        return self.merchant_page(who, request, form)
+
+    def key_form_again(self, who: Signed, request: Request, form: Form) -> tuple[str, str, str | None]:
+        """A key's rate-limit form, as typed, on its merchant's keys page."""
+        key = self.core.operator.get_key(request.path_params["key"])
+        return self._keys_page(who, key.merchant_id, form, key.id)
+
     # --- the route table ---------------------------------------------------------------------------
 
     def routes(self) -> list[Route]:
@@ -1451,9 +1545,13 @@ class Console:
             Route(f"{PREFIX}/merchants", a(self.plan_new_merchant), methods=["POST"]),
             Route(f"{PREFIX}/merchants/{{merchant}}", v(self.merchant_page), methods=["GET"]),
             Route(f"{PREFIX}/merchants/{{merchant}}/keys", v(self.merchant_keys), methods=["GET"]),
-            Route(f"{PREFIX}/merchants/{{merchant}}/{{verb}}", a(self.plan_merchant), methods=["POST"]),
+            Route(
+                f"{PREFIX}/merchants/{{merchant}}/{{verb}}",
+                a(self.plan_merchant, self.merchant_form_again),
+                methods=["POST"],
+            ),
             Route(f"{PREFIX}/keys", v(self.keys_index), methods=["GET"]),
-            Route(f"{PREFIX}/keys/{{key}}/{{verb}}", a(self.plan_key), methods=["POST"]),
+            Route(f"{PREFIX}/keys/{{key}}/{{verb}}", a(self.plan_key, self.key_form_again), methods=["POST"]),
             Route(f"{PREFIX}/webhooks", v(self.webhooks), methods=["GET"]),
             Route(f"{PREFIX}/webhooks/{{merchant}}/reactivate", a(self.plan_webhook), methods=["POST"]),
             Route(f"{PREFIX}/platform", v(self.platform), methods=["GET"]),

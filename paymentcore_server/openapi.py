@@ -140,7 +140,8 @@ Every response carries `X-Request-Id`. Every error has the shape of the one `Err
 `requestId` equals that header, `code` is the thing to branch on (each error answer lists the codes it
 may carry in `x-error-codes`), and only the first problem found is reported. An unknown path answers
 404 `NOT_FOUND`; a method a path does not accept answers 405 `INVALID_REQUEST` with an `Allow` header; a
-body over 1 MiB answers 413 `INVALID_REQUEST`.
+body over 1 MiB answers 413 `INVALID_REQUEST`; a request line and headers over 32 KiB together answer
+431 `INVALID_REQUEST` (and the connection is closed).
 
 The `webhooks` section describes what the service POSTs to the merchant's registered URL: one entry per
 event name (current and legacy), with its body and its signed headers.

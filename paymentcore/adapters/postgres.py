@@ -70,7 +70,7 @@ from paymentcore._queries import (
     UNSPENT_STATUSES,
 )
 from paymentcore.adapters.sqlite import HOUR_MS, hours_plan, merge_tallies, sql_in, sql_not_in
-from paymentcore.ports import CurrencyTotal, StoreUnavailableError, Tally
+from paymentcore.ports import CurrencyTotal, StoreReadOnlyError, StoreUnavailableError, Tally
 
 __all__ = [
     "DEFAULT_POOL_SIZE",
@@ -442,6 +442,17 @@ MIGRATIONS: tuple[str, ...] = (
         WHERE {sql_in("status", [PayoutStatus.FAILED])} AND resolution IS NULL;
     """
     ),
+    # 8: append-only whatever the SQL (issue 24): TRUNCATE of the ledger is refused as the audit
+    # trail's already was (INSERT ... ON CONFLICT DO UPDATE and MERGE meet the row triggers), and every
+    # guard fires ALWAYS, so session_replication_role = replica does not skip it
+    """
+    CREATE TRIGGER ledger_append_only_truncate BEFORE TRUNCATE ON ledger_entries
+        FOR EACH STATEMENT EXECUTE FUNCTION ledger_append_only();
+    ALTER TABLE ledger_entries ENABLE ALWAYS TRIGGER ledger_append_only_update;
+    ALTER TABLE ledger_entries ENABLE ALWAYS TRIGGER ledger_append_only_truncate;
+    ALTER TABLE audit_log ENABLE ALWAYS TRIGGER audit_append_only;
+    ALTER TABLE audit_log ENABLE ALWAYS TRIGGER audit_append_only_truncate;
+    """,
 )
 
 _SPENT = sql_in("status", SPENT_STATUSES)
@@ -1519,16 +1530,22 @@ class PostgresStore:
             yield tx
 
     def ping(self, timeout: float = 0.5) -> None:
-        """A trivial query on a pooled connection, giving up after about ``timeout`` seconds."""
+        """A trivial query on a pooled connection, giving up after about ``timeout`` seconds; a server
+        that would refuse writes (a standby, ``default_transaction_read_only``) raises
+        StoreReadOnlyError. No lock is taken."""
         try:
             with self._pool.connection(timeout=timeout) as conn:
                 conn.execute(f"SET statement_timeout = {max(1, int(timeout * 1000))}")
                 try:
-                    conn.execute("SELECT count(*) FROM schema_version").fetchone()
+                    row = conn.execute(
+                        "SELECT count(*), current_setting('transaction_read_only') FROM schema_version"
+                    ).fetchone()
                 finally:
                     conn.execute("SET statement_timeout = DEFAULT")
         except (psycopg.Error, PoolTimeout) as exc:
             raise StoreUnavailableError(f"{type(exc).__name__}: {exc}") from exc
+        if row is not None and row[1] == "on":
+            raise StoreReadOnlyError("the database server takes no writes (transaction_read_only is on)")
 
     def close(self) -> None:
         self._pool.close()

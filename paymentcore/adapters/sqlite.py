@@ -16,6 +16,7 @@ from __future__ import annotations
 import builtins
 import enum
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -59,13 +60,15 @@ from paymentcore._queries import (
     SPENT_STATUSES,
     UNSPENT_STATUSES,
 )
-from paymentcore.ports import CurrencyTotal, StoreUnavailableError, Tally
+from paymentcore.ports import CurrencyTotal, StoreReadOnlyError, StoreUnavailableError, Tally
 
 __all__ = [
     "MIGRATIONS",
     "SqliteStore",
     "SqliteTransaction",
     "T",
+    "check_writes",
+    "ping_file",
     "sql_in",
     "sql_not_in",
 ]
@@ -464,6 +467,18 @@ MIGRATIONS: tuple[str, ...] = (
     # through an index holding every column they read), and the payouts waiting for an operator (held
     # for review, failed and unresolved) in partial indexes of those few rows
     _HOURLY_COUNTS,
+    # 8: append-only whatever the SQL (issue 24): INSERT OR REPLACE (or REPLACE INTO) on an existing
+    # id, or on an existing rowid, deletes the old row without firing the DELETE triggers (SQLite fires
+    # them for a REPLACE only with recursive_triggers on), so an insert that meets an entry is refused
+    # before it happens; UPDATE and DELETE stay refused by the triggers of migrations 1 and 6
+    """
+    CREATE TRIGGER ledger_append_only_insert BEFORE INSERT ON ledger_entries
+        WHEN EXISTS (SELECT 1 FROM ledger_entries WHERE id = new.id OR rowid = new.rowid)
+        BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
+    CREATE TRIGGER audit_append_only_insert BEFORE INSERT ON audit_log
+        WHEN EXISTS (SELECT 1 FROM audit_log WHERE id = new.id OR rowid = new.rowid)
+        BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END;
+    """,
 )
 
 
@@ -1425,18 +1440,28 @@ class SqliteStore:
         return conn
 
     def migrate(self) -> None:
-        """Bring the schema up to date (idempotent; safe with several processes starting at once)."""
+        """Bring the schema up to date (idempotent; safe with several processes starting at once).
+
+        A file already up to date is still made to take a write (rolled back), so a read-only file is
+        refused here, at start, rather than by the first request that writes (SQLite opens a file it
+        may not write read-only, without a word, and in WAL mode even ``BEGIN IMMEDIATE`` succeeds).
+        """
         db = sqlite_utils.Database(self._conn())
         db.execute("BEGIN IMMEDIATE")
         try:
             version = int(db.execute("PRAGMA user_version").fetchone()[0])
+            if version >= len(MIGRATIONS):
+                check_writes(db.conn)
+                db.execute("ROLLBACK")
+                return
             for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
                 for statement in _statements(script):
                     db.execute(statement)
                 db.execute(f"PRAGMA user_version = {number}")
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            if db.conn.in_transaction:
+                db.execute("ROLLBACK")
             raise
 
     def schema_version(self) -> int:
@@ -1474,23 +1499,15 @@ class SqliteStore:
             conn.execute("ROLLBACK")
 
     def ping(self, timeout: float = 0.5) -> None:
-        """Open the file afresh (never creating it) and read its schema, within about ``timeout`` s.
+        """Open the file afresh (never creating it), read its schema and check that it takes writes,
+        within about ``timeout`` s (:func:`ping_file`).
 
-        A fresh connection, not this thread's: a file moved, deleted or made unreadable since the
-        process opened it is found out (connections already open keep the old file), and the busy
-        timeout is ``timeout``, not the store's minute, so a held lock makes the ping fail quickly. In
-        WAL mode a reader does not wait for a writer at all.
+        A fresh connection, not this thread's: a file moved, deleted, made unreadable or read-only
+        since the process opened it is found out (connections already open keep the old file), and the
+        busy timeout is ``timeout``, not the store's minute, so a held lock makes the ping fail quickly.
+        In WAL mode a reader does not wait for a writer at all.
         """
-        uri = Path(self.path).resolve().as_uri() + "?mode=rw"
-        try:
-            conn = sqlite3.connect(uri, uri=True, timeout=timeout, isolation_level=None)
-            try:
-                conn.execute(f"PRAGMA busy_timeout = {max(1, int(timeout * 1000))}")
-                conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-            finally:
-                conn.close()
-        except sqlite3.Error as exc:
-            raise StoreUnavailableError(f"{type(exc).__name__}: {exc}") from exc
+        ping_file(self.path, timeout)
 
     def integrity_check(self) -> str:
         return str(self._conn().execute("PRAGMA integrity_check").fetchone()[0])
@@ -1597,6 +1614,65 @@ class _GroupCommit:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+
+
+READ_ONLY = "the file is read-only"
+
+
+def check_writes(conn: sqlite3.Connection) -> None:
+    """Make ``conn`` (inside a write transaction the caller rolls back) write its file once, or raise
+    ``sqlite3.OperationalError`` saying that the file is read-only.
+
+    SQLite opens a file it may not write read-only, without an error; a WAL file then even grants
+    ``BEGIN IMMEDIATE``, and only the first page written fails. Setting the schema's ``user_version``
+    to what it is writes page 1 (in memory: nothing reaches the file before a COMMIT).
+    """
+    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    try:
+        conn.execute(f"PRAGMA user_version = {version}")
+    except sqlite3.OperationalError as exc:
+        if "readonly" not in str(exc):
+            raise
+        raise sqlite3.OperationalError(f"{READ_ONLY} ({exc})") from exc
+
+
+def ping_file(path: str, timeout: float) -> None:
+    """Open the SQLite file ``path`` afresh (never creating it), read its schema and check that it
+    takes writes, within about ``timeout`` s; raise StoreUnavailableError, or StoreReadOnlyError.
+
+    Writes are checked twice, both without waiting for the write lock: the process's own access to
+    the file (what a mode of 444, the immutable attribute or a read-only mount refuses), then a write
+    of the schema's ``user_version`` rolled back at once (:func:`check_writes`) in a ``BEGIN
+    IMMEDIATE`` that does not wait (busy timeout 0): when another connection holds the write lock, the
+    file is being written and that is answer enough; otherwise the lock is held for two statements.
+    """
+    uri = Path(path).resolve().as_uri() + "?mode=rw"
+    try:
+        conn = sqlite3.connect(uri, uri=True, timeout=timeout, isolation_level=None)
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {max(1, int(timeout * 1000))}")
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            if not os.access(path, os.W_OK):
+                raise StoreReadOnlyError(f"{path}: {READ_ONLY}")
+            conn.execute("PRAGMA busy_timeout = 0")
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                if "locked" in str(exc) or "busy" in str(exc):
+                    return  # another connection is writing the file
+                raise
+            try:
+                check_writes(conn)
+            finally:
+                conn.execute("ROLLBACK")
+        finally:
+            conn.close()
+    except sqlite3.OperationalError as exc:
+        if str(exc).startswith(READ_ONLY):
+            raise StoreReadOnlyError(f"{path}: {exc}") from exc
+        raise StoreUnavailableError(f"{type(exc).__name__}: {exc}") from exc
+    except sqlite3.Error as exc:
+        raise StoreUnavailableError(f"{type(exc).__name__}: {exc}") from exc
 
 
 def _statements(script: str) -> Iterator[str]:

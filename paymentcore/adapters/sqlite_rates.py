@@ -25,6 +25,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from paymentcore.adapters.sqlite import check_writes, ping_file
+
 __all__ = ["SqliteRateFile", "rate_file_path"]
 
 _SCHEMA = """
@@ -90,6 +92,12 @@ class SqliteRateFile:
             self._wal(busy_timeout_ms / 1000)
             self._conn.execute("PRAGMA synchronous = NORMAL")
             self._conn.execute(_SCHEMA)
+            # a read-only file opens (read-only, silently) and takes no count: refuse it now
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                check_writes(self._conn)
+            finally:
+                self._conn.execute("ROLLBACK")
         except BaseException:
             self._conn.close()
             raise
@@ -118,6 +126,11 @@ class SqliteRateFile:
                 self._conn.execute("ROLLBACK")
                 raise
             self._conn.execute("COMMIT")
+
+    def ping(self, timeout: float = 0.5) -> None:
+        """The file answers and takes writes, checked on a connection of its own without waiting for
+        the counting lock (:func:`paymentcore.adapters.sqlite.ping_file`)."""
+        ping_file(self.path, timeout)
 
     def close(self) -> None:
         with self._lock:

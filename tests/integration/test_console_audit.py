@@ -25,6 +25,7 @@ from paymentcore import (
     NotFoundError,
     PaymentCore,
     PayoutStatus,
+    RateLimitedError,
     UnauthorizedError,
 )
 from paymentcore._audit import StoredAuditEntry, StoredOperator, StoredSession
@@ -150,19 +151,17 @@ def test_the_two_sql_engines_number_the_console_migration_alike() -> None:
         i for i, script in enumerate(POSTGRES_MIGRATIONS, 1) if "CREATE TABLE audit_log" in script
     ]
     assert sqlite_number == postgres_number == 6
-    assert len(MIGRATIONS) == len(POSTGRES_MIGRATIONS)  # later migrations alike too (7: the overview's)
-
-
-CONSOLE_MIGRATION = 6
+    assert len(MIGRATIONS) == len(POSTGRES_MIGRATIONS)
 
 
 def test_a_file_from_before_the_console_is_migrated_and_keeps_its_data(tmp_path: Path) -> None:
+    (console,) = [n for n, script in enumerate(MIGRATIONS, 1) if "CREATE TABLE audit_log" in script]
     path = tmp_path / "old.db"
     conn = sqlite3.connect(path, isolation_level=None)
     try:
-        for script in MIGRATIONS[: CONSOLE_MIGRATION - 1]:
+        for script in MIGRATIONS[: console - 1]:
             conn.executescript(script)
-        conn.execute(f"PRAGMA user_version = {CONSOLE_MIGRATION - 1}")
+        conn.execute(f"PRAGMA user_version = {console - 1}")
         conn.execute(
             "INSERT INTO merchants VALUES ('mer_old', 'Old Shop', 'XAF', 'APPROVED', 0, 1, '[]', ?)", (NOW,)
         )
@@ -417,6 +416,103 @@ def test_a_session_ends_after_thirty_minutes_unused_and_twelve_hours_in_all(
     with pytest.raises(UnauthorizedError):
         op.session(out.secret)
     assert op.audit_log(limit=1).data[0].action == "operator.sign_out"
+
+
+# --- failed sign-ins: throttled, and in the trail (issue 24, point 4) ----------------------------------
+
+
+def failed_sign_ins(core: PaymentCore) -> list[tuple[str, dict[str, object]]]:
+    return [
+        (entry.actor, dict(entry.after or {}))
+        for entry in core.operator.audit_log(record="console", limit=100).data
+        if entry.action == "operator.sign_in_failed"
+    ]
+
+
+def test_failed_sign_ins_from_one_address_are_throttled_and_recorded_never_the_token(
+    core: PaymentCore, clock: FakeClock
+) -> None:
+    op = core.operator
+    created = op.create_operator("Ada")
+    wrong = "pco_" + "w" * 43
+    for _ in range(10):  # Config.sign_in_failures_per_client
+        with pytest.raises(UnauthorizedError):
+            op.sign_in(wrong, client="203.0.113.7")
+    for token in (wrong, created.token):  # refused before the token is looked at, the right one too
+        with pytest.raises(RateLimitedError) as throttled:
+            op.sign_in(token, client="203.0.113.7")
+        assert throttled.value.code == "RATE_LIMITED" and 0 < throttled.value.retry_after <= 600
+        assert "from this address" in throttled.value.message
+    # another address is not held back, and the right token still signs in there
+    with pytest.raises(UnauthorizedError):
+        op.sign_in(wrong, client="198.51.100.2")
+    assert op.sign_in(created.token, client="198.51.100.2").session.operator.name == "Ada"
+
+    recorded = failed_sign_ins(core)
+    assert [actor for actor, _ in recorded] == ["client:198.51.100.2"] + ["client:203.0.113.7"] * 10
+    assert recorded[1][1] == {
+        "client": "203.0.113.7",
+        "failuresInWindow": 10,
+        "windowSeconds": 600,
+        "throttled": True,
+    }
+    assert recorded[-1][1]["failuresInWindow"] == 1 and recorded[-1][1]["throttled"] is False
+    everything = str([(e.actor, e.record, e.before, e.after) for e in op.audit_log(limit=100).data])
+    assert wrong not in everything and "w" * 43 not in everything and created.token not in everything
+
+    clock.advance(600)  # the window has passed: the address may try again
+    assert op.sign_in(created.token, client="203.0.113.7").session.operator.name == "Ada"
+
+
+def test_failed_sign_ins_from_every_address_together_are_throttled(core: PaymentCore) -> None:
+    op = core.operator
+    created = op.create_operator("Ada")
+    for n in range(100):  # Config.sign_in_failures_overall, from 100 addresses
+        with pytest.raises(UnauthorizedError):
+            op.sign_in("pco_guess", client=f"10.0.{n // 250}.{n % 250}")
+    with pytest.raises(RateLimitedError) as throttled:
+        op.sign_in(created.token, client="192.0.2.1")  # a fresh address, the right token
+    assert "from this address" not in throttled.value.message
+    recorded = failed_sign_ins(core)  # newest first: the 100th failure is the one that throttles
+    assert len(recorded) == 100
+    assert [after["throttled"] for _, after in recorded[:2]] == [True, False]
+
+
+def test_the_throttle_counts_in_the_store_so_another_core_on_it_sees_the_failures(
+    store_kind: str, tmp_path: Path, clock: FakeClock
+) -> None:
+    if store_kind == "memory":
+        pytest.skip("a memory store is one process's own")
+    first = make_core(store_kind, tmp_path, clock)
+    try:
+        token = first.operator.create_operator("Ada").token
+        for _ in range(5):
+            with pytest.raises(UnauthorizedError):
+                first.operator.sign_in("pco_guess", client="203.0.113.7")
+        if store_kind == "postgres":
+            assert isinstance(first.store, PostgresStore)
+            url = first.store.url
+            second = PaymentCore.postgresql(url, clock=clock, sender=None)
+        else:
+            second = PaymentCore.sqlite(tmp_path / "test.db", clock=clock, sender=None)
+        try:
+            for _ in range(5):
+                with pytest.raises(UnauthorizedError):
+                    second.operator.sign_in("pco_guess", client="203.0.113.7")
+            for core in (first, second):
+                with pytest.raises(RateLimitedError):
+                    core.operator.sign_in(token, client="203.0.113.7")
+        finally:
+            second.close()
+    finally:
+        first.close()
+
+
+def test_a_library_sign_in_without_a_client_is_counted_as_unknown(core: PaymentCore) -> None:
+    with pytest.raises(UnauthorizedError):
+        core.operator.sign_in("nope")
+    [(actor, after)] = failed_sign_ins(core)
+    assert actor == "client:unknown" and after["client"] == "unknown"
 
 
 def test_the_work_queues_list_every_merchants_payouts_oldest_first(

@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from urllib.parse import quote
 
 import attrs
 import pytest
@@ -33,7 +34,7 @@ from paymentcore import (
 from paymentcore._models import Event
 from paymentcore.adapters.memory import MemoryStore
 from paymentcore.adapters.sqlite import SqliteStore
-from paymentcore.ports import Store, StoreUnavailableError, Transaction
+from paymentcore.ports import Store, StoreReadOnlyError, StoreUnavailableError, Transaction
 from paymentcore.testing import TestKit
 from paymentcore_server import create_app
 from paymentcore_server.metrics import Metrics
@@ -396,6 +397,32 @@ def test_sqlite_ping_fails_when_the_file_is_gone_and_never_creates_one(tmp_path:
         store.ping()
     finally:
         store.close()
+
+
+def test_postgresql_ping_says_read_only_when_the_server_takes_no_writes(tmp_path: Path) -> None:
+    """A standby, or a role or database set to ``default_transaction_read_only``: reads answer, the
+    ping does not pass (issue 24, point 1)."""
+    from paymentcore.adapters.postgres import PostgresStore
+
+    from conftest import postgres_url  # type: ignore[import-not-found, unused-ignore]
+
+    url: str = postgres_url(tmp_path)
+    PostgresStore(url).close()  # migrated while writable
+    assert "options=" in url  # the test schema's search_path: the read-only setting goes beside it
+    option = quote("-cdefault_transaction_read_only=on ", safe="")
+    read_only = PostgresStore(url.replace("options=", f"options={option}", 1), migrate=False)
+    try:
+        with read_only.read() as tx:
+            assert tx.merchants.list() == []
+        with pytest.raises(StoreReadOnlyError, match="takes no writes"):
+            read_only.ping()
+    finally:
+        read_only.close()
+    writable = PostgresStore(url, migrate=False)
+    try:
+        writable.ping()
+    finally:
+        writable.close()
 
 
 # --- /healthz --------------------------------------------------------------------------------------
