@@ -45,6 +45,7 @@ from paymentcore._audit import StoredAuditEntry, StoredOperator, StoredSession
 from paymentcore._models import (
     ApiKey,
     Balance,
+    BatchTally,
     Collection,
     CollectionStatus,
     Delivery,
@@ -55,12 +56,14 @@ from paymentcore._models import (
     LedgerLeg,
     Merchant,
     Payout,
+    PayoutBatch,
     PayoutLimits,
     PayoutStatus,
     Settings,
     WebhookEndpoint,
 )
 from paymentcore._queries import (
+    BATCH_OPEN_STATUSES,
     COLLECTION_CHECK_STATUSES,
     COLLECTION_EXPIRY_STATUSES,
     EVENT_DUE_STATUSES,
@@ -392,6 +395,27 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX api_keys_by_merchant ON api_keys (merchant_id, created_at);
     """
     ),
+    # 7: bulk payouts (issue 28): the batches (a refused item's error kept in `refusals`, JSON), and
+    # each payout of a batch carries its id and its item's place
+    _text(
+        """
+    CREATE TABLE payout_batches (
+        id TEXT PRIMARY KEY,
+        merchant_id TEXT NOT NULL,
+        mode TEXT NOT NULL,
+        item_count INTEGER NOT NULL CHECK (item_count > 0),
+        created_at BIGINT NOT NULL,
+        refusals TEXT NOT NULL,
+        completed_at BIGINT,
+        seq BIGINT GENERATED ALWAYS AS IDENTITY
+    );
+    CREATE INDEX payout_batches_by_merchant ON payout_batches (merchant_id, created_at);
+    ALTER TABLE payouts ADD COLUMN batch_id TEXT;
+    ALTER TABLE payouts ADD COLUMN batch_index INTEGER;
+    CREATE UNIQUE INDEX payouts_by_batch ON payouts (batch_id, batch_index) WHERE batch_id IS NOT NULL;
+    CREATE INDEX payouts_batch_status ON payouts (batch_id, status) WHERE batch_id IS NOT NULL;
+    """
+    ),
 )
 
 _SPENT = sql_in("status", SPENT_STATUSES)
@@ -402,6 +426,7 @@ _DUE_PAYOUT = (
 _CHECK_COLLECTION = sql_in("status", COLLECTION_CHECK_STATUSES)
 _EXPIRE_COLLECTION = sql_in("status", COLLECTION_EXPIRY_STATUSES)
 _DUE_EVENT = sql_in("status", EVENT_DUE_STATUSES)
+_BATCH_OPEN = sql_in("status", BATCH_OPEN_STATUSES)
 
 
 def _lock_key(*parts: str) -> int:
@@ -508,6 +533,7 @@ _KEYS = _Codec.of(ApiKey, "api_keys", ("id",))
 _LIMITS = _Codec.of(PayoutLimits, "payout_limits", ("merchant_id", "currency"))
 _COLLECTIONS = _Codec.of(Collection, "collections", ("reference",))
 _PAYOUTS = _Codec.of(Payout, "payouts", ("reference",))
+_BATCHES = _Codec.of(PayoutBatch, "payout_batches", ("id",))
 _BALANCES = _Codec.of(Balance, "balances", ("merchant_id", "currency"))
 _ENTRIES = _Codec.of(LedgerEntry, "ledger_entries", ("id",))
 _WEBHOOKS = _Codec.of(WebhookEndpoint, "webhooks", ("merchant_id",))
@@ -740,13 +766,17 @@ class _Payouts(_Repository):
         self._rows.update(_PAYOUTS, payout)
 
     def due(self, now: int, limit: int) -> list[Payout]:
-        # _queries.payout_is_due, in _queries.payout_due_order
-        return self._rows.many(
-            _PAYOUTS,
-            f"WHERE next_check_at IS NOT NULL AND next_check_at <= %s AND {_DUE_PAYOUT}"
-            " ORDER BY next_check_at, reference LIMIT %s",
+        # _queries.payout_is_due, in _queries.payouts_in_due_order: each merchant's payouts numbered in
+        # their own order (next_check_at, reference), then every merchant's first, every second, ...
+        names = ", ".join(_PAYOUTS.columns)
+        rows = self._rows.locked(
+            f"SELECT {names} FROM (SELECT {names}, row_number() OVER"
+            " (PARTITION BY merchant_id ORDER BY next_check_at, reference) AS turn FROM payouts"
+            f" WHERE next_check_at IS NOT NULL AND next_check_at <= %s AND {_DUE_PAYOUT}) AS due"
+            " ORDER BY turn, next_check_at, reference LIMIT %s",
             (now, limit),
-        )
+        ).fetchall()
+        return [_PAYOUTS.decode(row) for row in rows]
 
     def count_due(self, now: int) -> int:
         return self._rows.scalar(
@@ -782,14 +812,41 @@ class _Payouts(_Repository):
         after: str | None = None,
         status: PayoutStatus | None = None,
         merchant_reference: str | None = None,
+        batch_id: str | None = None,
     ) -> list[Payout] | None:
+        filters = _record_filters(status, merchant_reference)
+        if batch_id is not None:
+            filters.append(("batch_id = %s", (batch_id,)))
         return self._rows.page(
             _PAYOUTS,
             scope={"merchant_id": merchant_id},
             key="reference",
             after=after,
-            filters=_record_filters(status, merchant_reference),
+            filters=filters,
             limit=limit,
+        )
+
+    def in_batch(self, batch_id: str, *, after: int | None, limit: int) -> builtins.list[Payout]:
+        return self._rows.many(
+            _PAYOUTS,
+            "WHERE batch_id = %s AND batch_index > %s ORDER BY batch_index LIMIT %s",
+            (batch_id, -1 if after is None else after, limit),
+        )
+
+    def batch_tally(self, batch_id: str) -> builtins.list[BatchTally]:
+        rows = self._rows.locked(
+            "SELECT status, currency, count(*), sum(amount) FROM payouts WHERE batch_id = %s"
+            " GROUP BY status, currency",
+            (batch_id,),
+        ).fetchall()
+        return [
+            BatchTally(PayoutStatus(status), currency, int(count), int(total))
+            for status, currency, count, total in rows
+        ]
+
+    def batch_open(self, batch_id: str) -> int:
+        return self._rows.scalar(
+            f"SELECT count(*) FROM payouts WHERE batch_id = %s AND {_BATCH_OPEN}", (batch_id,)
         )
 
 
@@ -826,6 +883,18 @@ class _Payouts(_Repository):
             where.append("resolution IS NULL" if unresolved else "resolution IS NOT NULL")
         condition = f"WHERE {' AND '.join(where)} " if where else ""
         return self._rows.many(_PAYOUTS, f"{condition}ORDER BY created_at, seq LIMIT %s", (*params, limit))
+
+
+class _Batches(_Repository):
+    def add(self, batch: PayoutBatch) -> None:
+        self._rows.insert(_BATCHES, batch)
+
+    def get(self, batch_id: str) -> PayoutBatch | None:
+        batch: PayoutBatch | None = self._rows.one(_BATCHES, "id = %s", (batch_id,), for_update=True)
+        return batch
+
+    def update(self, batch: PayoutBatch) -> None:
+        self._rows.update(_BATCHES, batch)
 
 
 def _record_filters(
@@ -1149,6 +1218,7 @@ class PostgresTransaction:
         self.limits = _Limits(rows)
         self.collections = _Collections(rows)
         self.payouts = _Payouts(rows)
+        self.batches = _Batches(rows)
         self.ledger = _Ledger(rows)
         self.webhooks = _Webhooks(rows)
         self.outbox = _Outbox(rows)
