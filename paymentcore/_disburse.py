@@ -841,7 +841,8 @@ def _check_items(items: object) -> list[PayoutItem]:
         raise InvalidRequestError(f"items must be a list of 1 to {MAX_BATCH_ITEMS:,} payouts.", param="items")
     if len(items) > MAX_BATCH_ITEMS:
         raise InvalidRequestError(
-            f"A batch holds at most {MAX_BATCH_ITEMS:,} items; this one has {len(items):,}.",
+            f"A batch holds at most {MAX_BATCH_ITEMS:,} items: items[{MAX_BATCH_ITEMS}] is one too many"
+            f" ({len(items):,} given).",
             param=f"items[{MAX_BATCH_ITEMS}]",
             details={"index": MAX_BATCH_ITEMS, "maximum": MAX_BATCH_ITEMS, "count": len(items)},
         )
