@@ -202,6 +202,7 @@ class Disburse:
                 settings,
                 checked,
                 now,
+                limits_for=lambda code: self._effective(tx, merchant.id, code),
                 spent_since=lambda since: tx.payouts.spent(merchant.id, checked.currency.code, since),
             )
             record = payout_from(payout, catalogue=deps.catalogue)
@@ -239,12 +240,18 @@ class Disburse:
         checked: _Checked,
         now: int,
         *,
+        limits_for: Callable[[str], EffectiveLimits],
         spent_since: Callable[[int], int],
-        batch: tuple[str, int] | None = None,
+        batch: _BatchWrites | None = None,
+        index: int = 0,
     ) -> models.Payout:
         """The checks that need the database (switches, provider, ceilings, the live balance), then the
         reservation and the PENDING payout. Nothing is written unless every check passes, so a refusal
-        leaves the transaction as it was (a bulk request goes on with its next item)."""
+        leaves the transaction as it was (a bulk request goes on with its next item).
+
+        Alone, the reservation and the payout are written here. In a bulk request (``batch``) the
+        balance check is the same (:func:`ledger.check_funds`), against the balance the earlier items
+        left, but the writes are kept and made together once every item is checked."""
         deps = self._deps
         cur = checked.currency
         blocked = blocked_by(settings, merchant, cur.code)
@@ -254,19 +261,30 @@ class Disburse:
             raise ProviderBlockedError(
                 f"This account is restricted from {checked.provider}.", param="provider"
             )
-        limits = self._effective(tx, merchant.id, cur.code)
+        limits = limits_for(cur.code)
         check_limits(limits, checked.amount, cur, now=now, spent_since=spent_since)
         reference = deps.refs.payout(now)
-        ledger.reserve(  # the one conditional step that can still refuse: it writes only if it moves
-            tx,
-            entry_id=deps.refs.token("led"),
-            merchant_id=merchant.id,
-            currency=cur.code,
-            amount=checked.amount,
-            reference=reference,
-            now=now,
-            decimals=cur.decimals,
-        )
+        entry_id = deps.refs.token("led")
+        if batch is None:  # the one conditional step that can still refuse: it writes only if it moves
+            ledger.reserve(
+                tx,
+                entry_id=entry_id,
+                merchant_id=merchant.id,
+                currency=cur.code,
+                amount=checked.amount,
+                reference=reference,
+                now=now,
+                decimals=cur.decimals,
+            )
+        else:
+            batch.reservations.reserve(
+                entry_id=entry_id,
+                currency=cur.code,
+                amount=checked.amount,
+                reference=reference,
+                now=now,
+                decimals=cur.decimals,
+            )
         held = held_for_review(limits, checked.amount)
         payout = models.Payout(
             reference=reference,
@@ -284,10 +302,13 @@ class Disburse:
             updated_at=now,
             status_reason=REVIEW_REASON if held else None,
             next_check_at=None if held else now,
-            batch_id=None if batch is None else batch[0],
-            batch_index=None if batch is None else batch[1],
+            batch_id=None if batch is None else batch.batch_id,
+            batch_index=None if batch is None else index,
         )
-        tx.payouts.add(payout)
+        if batch is None:
+            tx.payouts.add(payout)
+        else:
+            batch.payouts.append(payout)
         self._tell(payout.status)
         return payout
 
@@ -359,10 +380,16 @@ class Disburse:
             merchant = require_merchant(tx, merchant_id)
             if not merchant.approved:
                 raise MerchantNotApprovedError()
-            batch_id = deps.refs.token("bat")
+            writes = _BatchWrites(deps.refs.token("bat"), ledger.Reservations(tx, merchant.id))
+            limits: dict[str, EffectiveLimits] = {}  # per currency, read once: they cannot change meanwhile
+
+            def limits_for(code: str) -> EffectiveLimits:
+                if code not in limits:
+                    limits[code] = self._effective(tx, merchant.id, code)
+                return limits[code]
+
             spend = _BatchSpend(tx, merchant.id)
             outcomes: list[BatchItem] = []
-            made: list[models.Payout] = []
             refusals: dict[str, Any] = {}
             for index, item in enumerate(asked):
                 try:
@@ -373,8 +400,10 @@ class Disburse:
                         settings,
                         checked,
                         now,
+                        limits_for=limits_for,
                         spent_since=spend.since(checked.currency.code),
-                        batch=(batch_id, index),
+                        batch=writes,
+                        index=index,
                     )
                 except PaymentError as error:
                     refused = ItemError(
@@ -390,7 +419,6 @@ class Disburse:
                     }
                     continue
                 spend.add(payout.currency, payout.amount)
-                made.append(payout)
                 outcomes.append(
                     BatchItem(
                         index,
@@ -400,8 +428,9 @@ class Disburse:
                 )
             if wanted is BatchMode.ALL and refusals:
                 raise _refused(outcomes)  # rolls the transaction back: nothing was created or reserved
+            made = writes.payouts
             batch = models.PayoutBatch(
-                id=batch_id,
+                id=writes.batch_id,
                 merchant_id=merchant.id,
                 mode=wanted,
                 item_count=len(asked),
@@ -409,6 +438,8 @@ class Disburse:
                 refusals=refusals,
                 completed_at=None if made else now,  # nothing accepted: nothing left to wait for
             )
+            writes.reservations.write()  # one balance move per currency, every journal entry
+            tx.payouts.add_many(made)
             tx.batches.add(batch)
             record = _batch_record(batch, _tally(made), outcomes, deps.catalogue, has_more=False)
             if not made:
@@ -881,10 +912,20 @@ def _check_index(value: object) -> int | None:
     return value
 
 
+@attrs.define
+class _BatchWrites:
+    """What a bulk request has accepted so far, written together once every item is checked: the
+    reservations (their balance checks made as each item came) and the payouts, in item order."""
+
+    batch_id: str
+    reservations: ledger.Reservations
+    payouts: list[models.Payout] = attrs.field(factory=list)
+
+
 class _BatchSpend:
     """What a bulk request's rolling ceilings see, item after item: what was spent before the request
-    (read once per currency and window) plus the items it accepted so far, all created now, so inside
-    every window."""
+    (read once per currency and window; the batch's own payouts are written only at its end) plus the
+    items it accepted so far, all created now, so inside every window."""
 
     def __init__(self, tx: Transaction, merchant_id: str) -> None:
         self._tx = tx
@@ -894,11 +935,9 @@ class _BatchSpend:
 
     def since(self, currency: str) -> Callable[[int], int]:
         def spent(since: int) -> int:
-            accepted = self._accepted.get(currency, 0)
-            if (currency, since) not in self._before:  # the store already holds the accepted items
-                read = self._tx.payouts.spent(self._merchant_id, currency, since)
-                self._before[(currency, since)] = read - accepted
-            return self._before[(currency, since)] + accepted
+            if (currency, since) not in self._before:
+                self._before[(currency, since)] = self._tx.payouts.spent(self._merchant_id, currency, since)
+            return self._before[(currency, since)] + self._accepted.get(currency, 0)
 
         return spent
 

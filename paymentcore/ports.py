@@ -192,6 +192,10 @@ class PayoutRepository(Protocol):
         """Insert; raises if the reference exists."""
         ...
 
+    def add_many(self, payouts: builtins.list[Payout]) -> None:
+        """Insert each, in order (one statement where the engine allows); raises if a reference exists."""
+        ...
+
     def update(self, payout: Payout) -> None:
         """Replace; raises KeyError if the reference does not exist."""
         ...
@@ -299,6 +303,10 @@ class LedgerRepository(Protocol):
 
     def append(self, entry: LedgerEntry) -> None:
         """Append to the journal (append-only; raises if the id exists)."""
+        ...
+
+    def append_many(self, entries: list[LedgerEntry]) -> None:
+        """Append each, in order (one statement where the engine allows)."""
         ...
 
     def entries(self, merchant_id: str, currency: str) -> list[LedgerEntry]:

@@ -262,6 +262,10 @@ class _Payouts(_Repository):
     def add(self, payout: Payout) -> None:
         self._t.insert("payouts", payout.reference, payout)
 
+    def add_many(self, payouts: builtins.list[Payout]) -> None:
+        for payout in payouts:
+            self.add(payout)
+
     def update(self, payout: Payout) -> None:
         self._t.update("payouts", payout.reference, payout)
 
@@ -415,6 +419,10 @@ class _Ledger(_Repository):
 
     def append(self, entry: LedgerEntry) -> None:
         self._t.insert("entries", entry.id, entry)
+
+    def append_many(self, entries: list[LedgerEntry]) -> None:
+        for entry in entries:
+            self.append(entry)
 
     def entries(self, merchant_id: str, currency: str) -> list[LedgerEntry]:
         entries = [

@@ -560,10 +560,13 @@ class _Rows:
         self._holds_write_lock = False
         self.rate_keys: set[str] = set()
 
-    def locked(self, sql: str, params: Any = None) -> psycopg.Cursor[Any]:
+    def _hold(self) -> None:
         if self.writable and not self._holds_write_lock:
             self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._write_lock,))
             self._holds_write_lock = True
+
+    def locked(self, sql: str, params: Any = None) -> psycopg.Cursor[Any]:
+        self._hold()
         return self.conn.execute(sql, params)
 
     def unlocked(self, sql: str, params: Any = None) -> psycopg.Cursor[Any]:
@@ -592,6 +595,14 @@ class _Rows:
 
     def insert(self, codec: _Codec, record: Any) -> None:
         self.write(codec.insert_sql, codec.values(record))
+
+    def insert_many(self, codec: _Codec, records: list[Any]) -> None:
+        """Every record in one round of statements (psycopg sends them in a pipeline)."""
+        if not self.writable:
+            raise RuntimeError("write through a read-only transaction")
+        self._hold()
+        with self.conn.cursor() as cursor:
+            cursor.executemany(codec.insert_sql, [codec.values(record) for record in records])
 
     def update(self, codec: _Codec, record: Any) -> None:
         cursor = self.write(codec.update_sql, codec.update_values(record))
@@ -761,6 +772,9 @@ class _Payouts(_Repository):
 
     def add(self, payout: Payout) -> None:
         self._rows.insert(_PAYOUTS, payout)
+
+    def add_many(self, payouts: builtins.list[Payout]) -> None:
+        self._rows.insert_many(_PAYOUTS, payouts)
 
     def update(self, payout: Payout) -> None:
         self._rows.update(_PAYOUTS, payout)
@@ -968,6 +982,9 @@ class _Ledger(_Repository):
 
     def append(self, entry: LedgerEntry) -> None:
         self._rows.insert(_ENTRIES, entry)
+
+    def append_many(self, entries: list[LedgerEntry]) -> None:
+        self._rows.insert_many(_ENTRIES, entries)
 
     def entries(self, merchant_id: str, currency: str) -> list[LedgerEntry]:
         return self._rows.many(

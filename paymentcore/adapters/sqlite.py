@@ -16,6 +16,7 @@ from __future__ import annotations
 import builtins
 import enum
 import json
+import operator
 import sqlite3
 import threading
 import time
@@ -450,6 +451,9 @@ def _load_data(text: str) -> Any:
     return json.loads(text, parse_float=Decimal, parse_int=Decimal)
 
 
+_STORED_AS_IS = (str, int, str | None, int | None)  # column types that need no _encode
+
+
 @attrs.frozen
 class _Codec:
     cls: type[Any]
@@ -461,6 +465,11 @@ class _Codec:
     upsert_sql: str
     update_sql: str
     select_sql: str
+    # every column's value in one call, and the places of the columns that _encode must convert (an
+    # insert of many rows spends its time here otherwise)
+    getter: Any = None
+    encoded: tuple[int, ...] = ()
+    update_order: tuple[int, ...] = ()
 
     @classmethod
     def of(cls, record: type[Any], table: str, keys: tuple[str, ...]) -> _Codec:
@@ -477,6 +486,11 @@ class _Codec:
             keys=keys,
             columns=columns,
             decoders=decoders,
+            getter=operator.attrgetter(*columns),
+            encoded=tuple(i for i, c in enumerate(columns) if hints[c] not in _STORED_AS_IS),
+            update_order=tuple(
+                [i for i, c in enumerate(columns) if c not in keys] + [columns.index(k) for k in keys]
+            ),
             insert_sql=f"INSERT INTO {table} ({names}) VALUES ({marks})",
             upsert_sql=(
                 f"INSERT INTO {table} ({names}) VALUES ({marks}) "
@@ -488,11 +502,14 @@ class _Codec:
         )
 
     def values(self, record: Any) -> list[Any]:
-        return [_encode(getattr(record, c)) for c in self.columns]
+        row = list(self.getter(record))
+        for place in self.encoded:
+            row[place] = _encode(row[place])
+        return row
 
     def update_values(self, record: Any) -> list[Any]:
-        others = [_encode(getattr(record, c)) for c in self.columns if c not in self.keys]
-        return others + [_encode(getattr(record, k)) for k in self.keys]
+        row = self.values(record)
+        return [row[place] for place in self.update_order]
 
     def decode(self, row: tuple[Any, ...]) -> Any:
         return self.cls(*(d(v) for d, v in zip(self.decoders, row, strict=True)))
@@ -534,6 +551,9 @@ class _Rows:
 
     def insert(self, codec: _Codec, record: Any) -> None:
         self.conn.execute(codec.insert_sql, codec.values(record))
+
+    def insert_many(self, codec: _Codec, records: Iterable[Any]) -> None:
+        self.conn.executemany(codec.insert_sql, [codec.values(record) for record in records])
 
     def update(self, codec: _Codec, record: Any) -> None:
         cursor = self.conn.execute(codec.update_sql, codec.update_values(record))
@@ -709,6 +729,9 @@ class _Payouts(_Repository):
 
     def add(self, payout: Payout) -> None:
         self._rows.insert(_PAYOUTS, payout)
+
+    def add_many(self, payouts: builtins.list[Payout]) -> None:
+        self._rows.insert_many(_PAYOUTS, payouts)
 
     def update(self, payout: Payout) -> None:
         self._rows.update(_PAYOUTS, payout)
@@ -905,6 +928,9 @@ class _Ledger(_Repository):
 
     def append(self, entry: LedgerEntry) -> None:
         self._rows.insert(_ENTRIES, entry)
+
+    def append_many(self, entries: list[LedgerEntry]) -> None:
+        self._rows.insert_many(_ENTRIES, entries)
 
     def entries(self, merchant_id: str, currency: str) -> list[LedgerEntry]:
         return self._rows.many(

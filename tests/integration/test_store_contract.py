@@ -544,6 +544,23 @@ def test_due_payouts_selection_order_and_limit(store: Store) -> None:
         assert refs(tx.payouts.due(NOW - 21, 100)) == []
 
 
+def test_many_payouts_and_ledger_entries_are_written_in_order_in_one_call(store: Store) -> None:
+    payouts = [payout(f"PO-{n}", batch_id="bat_1", batch_index=n) for n in range(5)]
+    entries = [entry(f"led_{n}") for n in range(5)]
+    with store.transaction() as tx:
+        tx.payouts.add_many(payouts)
+        tx.ledger.append_many(entries)
+    with store.read() as tx:
+        assert [tx.payouts.get(p.reference) for p in payouts] == payouts
+        assert tx.ledger.entries("mer_1", "XAF") == entries  # the order written
+        page = tx.payouts.page("mer_1", limit=10)
+        assert page is not None and refs(page) == [f"PO-{n}" for n in reversed(range(5))]
+    with pytest.raises(DUPLICATE), store.transaction() as tx:
+        tx.payouts.add_many([payout("PO-new"), payout("PO-3")])
+    with store.read() as tx:
+        assert tx.payouts.get("PO-new") is None  # the whole unit of work rolled back
+
+
 def test_due_payouts_take_turns_between_merchants(store: Store) -> None:
     """A merchant's 1,000 due payouts take one place per round, so another merchant's payout, due a
     moment later, is listed second, not 1,001st (each merchant's own payouts stay in their order)."""
