@@ -22,6 +22,7 @@ from paymentcore import _models as models
 from paymentcore._models import BatchMode, CollectionKind, CollectionStatus, PayoutStatus
 from paymentcore._money import apply_rate
 from paymentcore.catalogue import Catalogue
+from paymentcore.errors import ALL_ERRORS, PaymentError
 
 __all__ = [
     "AuditEntry",
@@ -218,13 +219,10 @@ class ItemError:
     param: str | None = None
     details: Mapping[str, Any] | None = attrs.field(default=None, hash=False)
 
-    def exception(self) -> Any:
+    def exception(self) -> PaymentError:
         """The refusal as the typed exception a single payout raises (``InsufficientBalanceError``...)."""
-        from paymentcore.errors import ALL_ERRORS, PaymentError
-
         kind = next((cls for cls in ALL_ERRORS if cls.code == self.code), PaymentError)
-        error = kind(self.message, param=self.param, details=self.details)
-        return error
+        return kind(self.message, param=self.param, details=self.details)
 
 
 @attrs.frozen
