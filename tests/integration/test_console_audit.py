@@ -149,7 +149,8 @@ def test_the_two_sql_engines_number_the_console_migration_alike() -> None:
     (postgres_number,) = [
         i for i, script in enumerate(POSTGRES_MIGRATIONS, 1) if "CREATE TABLE audit_log" in script
     ]
-    assert sqlite_number == postgres_number == len(MIGRATIONS) == len(POSTGRES_MIGRATIONS)
+    assert sqlite_number == postgres_number == 6  # later migrations come after it (7: bulk payouts)
+    assert len(MIGRATIONS) == len(POSTGRES_MIGRATIONS)
 
 
 def test_a_file_from_before_the_console_is_migrated_and_keeps_its_data(tmp_path: Path) -> None:

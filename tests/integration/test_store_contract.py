@@ -1207,6 +1207,55 @@ def test_the_generated_migrations_are_the_ones_existing_files_ran() -> None:
     assert digests[: len(MIGRATION_SHA256)] == MIGRATION_SHA256
 
 
+def test_the_bulk_payouts_migration_is_numbered_alike_and_an_older_file_gains_it(tmp_path: Path) -> None:
+    """Migration 7 (bulk payouts) has the same number on both engines, and a file at version 6 is
+    brought forward with its payouts kept, each of no batch."""
+    from paymentcore.adapters.postgres import MIGRATIONS as POSTGRES_MIGRATIONS
+
+    (sqlite_number,) = [
+        i for i, script in enumerate(MIGRATIONS, 1) if "CREATE TABLE payout_batches" in script
+    ]
+    (postgres_number,) = [
+        i for i, script in enumerate(POSTGRES_MIGRATIONS, 1) if "CREATE TABLE payout_batches" in script
+    ]
+    assert sqlite_number == postgres_number
+    path = tmp_path / "before-bulk.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        for number, script in enumerate(MIGRATIONS[: sqlite_number - 1], start=1):
+            conn.executescript(script)
+            conn.execute(f"PRAGMA user_version = {number}")
+        columns = [c for c in _columns(conn, "payouts") if c not in ("batch_id", "batch_index")]
+        conn.execute(
+            f"INSERT INTO payouts ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})",
+            [_old_payout_value(c) for c in columns],
+        )
+    finally:
+        conn.close()
+    store = SqliteStore(path)
+    try:
+        assert store.schema_version() == len(MIGRATIONS)
+        with store.read() as tx:
+            kept = tx.payouts.get("PO-old")
+            assert kept is not None and kept.batch_id is None and kept.batch_index is None
+            assert tx.batches.get("bat_x") is None
+    finally:
+        store.close()
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
+    return [str(row[1]) for row in conn.execute(f"PRAGMA table_info({table})")]
+
+
+def _old_payout_value(column: str) -> Any:
+    values: dict[str, Any] = {
+        "reference": "PO-old", "merchant_id": "mer_1", "status": "PAID", "amount": 100, "currency": "XAF",
+        "phone": "670000000", "country": "CM", "provider": "mtn_cm", "awaiting_review": 0,
+        "created_at": NOW, "updated_at": NOW, "resolution": "POSTED",
+    }  # fmt: skip
+    return values.get(column)
+
+
 def test_a_file_made_before_the_repositories_opens_and_counts_alike(tmp_path: Path) -> None:
     """A file migrated by the literal SQL of migrations 1 and 2 (as written before they were generated)."""
     path = tmp_path / "old.db"
