@@ -738,13 +738,16 @@ class _Payouts(_Repository):
 
     def due(self, now: int, limit: int) -> list[Payout]:
         # _queries.payout_is_due, in _queries.payouts_in_due_order: each merchant's payouts numbered in
-        # their own order (next_check_at, reference), then every merchant's first, every second, ...
-        names = ", ".join(_PAYOUTS.columns)
+        # their own order (next_check_at, reference), then every merchant's first, every second, ...;
+        # numbered on the narrow rows, and only the `limit` chosen are read whole
+        names = ", ".join(f"p.{column}" for column in _PAYOUTS.columns)
         rows = self._rows.conn.execute(
-            f"SELECT {names} FROM (SELECT {names}, row_number() OVER"
+            f"SELECT {names} FROM (SELECT reference, next_check_at, row_number() OVER"
             " (PARTITION BY merchant_id ORDER BY next_check_at, reference) AS turn FROM payouts"
-            f" WHERE next_check_at IS NOT NULL AND next_check_at <= ? AND {_DUE_PAYOUT})"
-            " ORDER BY turn, next_check_at, reference LIMIT ?",
+            f" WHERE next_check_at IS NOT NULL AND next_check_at <= ? AND {_DUE_PAYOUT}"
+            " ORDER BY turn, next_check_at, reference LIMIT ?) AS due"
+            " JOIN payouts AS p ON p.reference = due.reference"
+            " ORDER BY due.turn, due.next_check_at, due.reference",
             (now, limit),
         )
         return [_PAYOUTS.decode(row) for row in rows]
