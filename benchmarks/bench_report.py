@@ -179,6 +179,25 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             part["ratio"] <= 1.2,
             _cost(part),
         )
+    bulk = results.get("bulk")
+    if bulk:
+        latency = bulk["batch_latency_s"]
+        add(
+            f"POST /v1/disburse/bulk of {bulk['batch']:,} items answered (FULL)",
+            "<= 1 s",
+            latency["median"],
+            latency["max"] <= 1.0,
+            f"{latency['median']:.2f} s median, {latency['max']:.2f} s max over {latency['count']} requests",
+        )
+        ratio = bulk["ratio"]
+        add(
+            f"payouts/s through bulk requests vs POST /v1/disburse at c={bulk['single_concurrency']} (FULL)",
+            ">= 5x",
+            ratio["median"],
+            ratio["median"] >= 5,
+            f"{ratio['median']:.1f}x (rounds {ratio['min']:.1f}-{ratio['max']:.1f}; "
+            f"{bulk['bulk_payouts_per_s']:.0f} vs {bulk['single_payouts_per_s']:.0f} payouts/s)",
+        )
     memory = results.get("memory")
     if memory:
         add(
@@ -372,6 +391,37 @@ def markdown(results: dict[str, Any]) -> str:
                     for row in windows["profile_large"][:6]
                 ),
             )
+    bulk = results.get("bulk")
+    if bulk:
+        inproc = bulk.get("inprocess")
+        out += [
+            "",
+            "Bulk payouts (one server, synchronous=FULL, no worker; "
+            f"{len(bulk['runs'])} interleaved rounds): POST /v1/disburse at c={bulk['single_concurrency']} "
+            f"for {bulk['single_seconds_per_round']:g} s, then {bulk['bulk_requests_per_round']} "
+            f"POST /v1/disburse/bulk of {bulk['batch']:,} items one after the other.",
+            "",
+        ]
+        out += _table(
+            ["round", "single payouts/s", "bulk payouts/s", "x single", "bulk request ms (each)"],
+            (
+                [
+                    str(number),
+                    f"{run['single_payouts_per_s']:.0f}",
+                    f"{run['bulk']['payouts_per_s']:.0f}",
+                    f"{run['ratio']:.1f}",
+                    ", ".join(f"{seconds * 1000:.0f}" for seconds in run["bulk"]["latency_s"]),
+                ]
+                for number, run in enumerate(bulk["runs"], start=1)
+            ),
+        )
+        if inproc:
+            out += [
+                "",
+                f"In-process core.disburse.create_bulk of {inproc['items']:,} items (FULL): "
+                + ", ".join(f"{seconds * 1000:.0f} ms" for seconds in inproc["seconds"])
+                + ".",
+            ]
     memory = results.get("memory")
     if memory:
         out += [

@@ -14,8 +14,11 @@ One run, on this machine:
 2. in-process: payout creation against a raw sqlite3 transaction, webhook signing against hmac.digest;
 3. growth: GET by reference and payout creation with few versus many stored records, and payouts with
    few versus many payouts inside the rolling limit windows;
-4. memory: the server's RSS after 10^4 and after 10^5 requests;
-5. the correctness gate: no unexpected non-2xx, every accepted payout stored once, balances conserved.
+4. bulk payouts (benchmarks/bench_bulk.py): payouts accepted per second through POST /v1/disburse/bulk
+   (1,000 items a request) against POST /v1/disburse at c=32, on one SQLite FULL server in interleaved
+   rounds, and the time a request of 1,000 items takes to be answered;
+5. memory: the server's RSS after 10^4 and after 10^5 requests;
+6. the correctness gate: no unexpected non-2xx, every accepted payout stored once, balances conserved.
 
 Writes benchmarks/results/latest.json and latest.md. Exits 0 when the gate passes (whatever the speed
 figures), 1 when it fails, 2 when the run itself broke.
@@ -44,6 +47,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import bench_bulk
 import bench_core
 import bench_report
 from bench_load import LoadResult, Workload, have_wrk, run_load, run_python, run_split
@@ -78,6 +82,8 @@ class Plan:
     replays: int
     sustained_runs: int
     sustained_seconds: float
+    bulk_batch: int
+    bulk_requests: int
 
 
 FULL = Plan(
@@ -99,6 +105,8 @@ FULL = Plan(
     replays=500,
     sustained_runs=7,
     sustained_seconds=10,
+    bulk_batch=1000,
+    bulk_requests=5,
 )
 QUICK = Plan(
     quick=True,
@@ -119,6 +127,8 @@ QUICK = Plan(
     replays=50,
     sustained_runs=2,
     sustained_seconds=1,
+    bulk_batch=1000,
+    bulk_requests=2,
 )
 
 
@@ -712,7 +722,47 @@ class Suite:
                 Path(f"{self.workdir / ('growth-' + label)}.db{suffix}").unlink(missing_ok=True)
         return {"synchronous": "NORMAL", "records": records, "windows": windows}
 
-    # --- 4. memory -------------------------------------------------------------------------------
+    # --- 4. bulk payouts --------------------------------------------------------------------------
+
+    def bulk(self) -> dict[str, Any]:
+        """Bulk against single payouts on one server, SQLite FULL, in interleaved rounds (bench_bulk)."""
+        plan = self.plan
+        prep = bench_core.prepare_server_db(
+            self.workdir / "bulk.db", kinds=["single", "bulk"], references=0, replays=0
+        )
+        level = 32 if 32 in plan.concurrency else max(plan.concurrency)
+
+        def load(port: int, workload: Workload, concurrency: int, seconds: float) -> LoadResult:
+            result = run_load(self.tool, HOST, port, workload, concurrency, seconds)
+            self.after(workload, result)
+            check_run(self.gate, f"bulk: single payouts c={concurrency}", result)
+            return result
+
+        try:
+            server = self.launch("bulk", ["core", "--db", str(prep.db), "--synchronous", "FULL"], "/healthz")
+            wait_ready(server)
+            result = bench_bulk.compare(
+                host=HOST,
+                port=server.port,
+                prepared=prep,
+                load=load,
+                workload=lambda key: self.workload("disburse", prep, key),
+                rounds=plan.rounds,
+                concurrency=level,
+                duration=plan.duration,
+                batch=plan.bulk_batch,
+                requests=plan.bulk_requests,
+            )
+        finally:
+            self.stop_all()
+        bench_bulk.check(self.gate.check, prep, result)
+        print(f"bulk: create_bulk of {plan.bulk_batch} items in-process", flush=True)
+        result["inprocess"] = bench_bulk.inprocess_batch(
+            self.workdir, plan.bulk_batch, 1 if plan.quick else 3
+        )
+        return result
+
+    # --- 5. memory -------------------------------------------------------------------------------
 
     def memory(self) -> dict[str, Any]:
         plan = self.plan
@@ -845,7 +895,7 @@ def main(argv: list[str] | None = None) -> int:
         help="py-spy the FULL server under POST /v1/disburse (default: on in a full run)",
     )
     parser.add_argument(
-        "--only", default="http,inprocess,growth,memory", help="parts to run, comma-separated"
+        "--only", default="http,inprocess,growth,bulk,memory", help="parts to run, comma-separated"
     )
     parser.add_argument(
         "--postgres",
@@ -939,6 +989,8 @@ def main(argv: list[str] | None = None) -> int:
             results["inprocess"] = suite.inprocess()
         if "growth" in parts:
             results["growth"] = suite.growth()
+        if "bulk" in parts:
+            results["bulk"] = suite.bulk()
         if "memory" in parts:
             results["memory"] = suite.memory()
     except Exception:

@@ -14,6 +14,7 @@ posts or releases it, and every later attempt is refused.
 from __future__ import annotations
 
 import builtins
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -27,7 +28,7 @@ from paymentcore._audit import DEFAULT_ACTOR
 from paymentcore._deps import Deps, require_merchant
 from paymentcore._fields import optional_text, required_text, required_value
 from paymentcore._idempotency import Idempotency, check_key, fingerprint
-from paymentcore._models import PayoutStatus
+from paymentcore._models import BatchMode, BatchTally, Merchant, PayoutStatus, Settings
 from paymentcore._money import parse_amount, to_decimal
 from paymentcore._pages import (
     DEFAULT_LIMIT,
@@ -49,19 +50,71 @@ from paymentcore._policy import (
     effective_limits,
     held_for_review,
 )
-from paymentcore._queries import payout_is_due, payout_lane
-from paymentcore._records import Page, Payout, PayoutAllowance, dump, load, payout_from
-from paymentcore._work import LANE_DEPTH, Due, Runner
+from paymentcore._queries import BATCH_OPEN_STATUSES, payout_is_due, payout_lane
+from paymentcore._records import (
+    BatchItem,
+    BatchPayout,
+    BatchProgress,
+    BatchStatus,
+    BatchTotal,
+    ItemError,
+    OperatorBatch,
+    Page,
+    Payout,
+    PayoutAllowance,
+    PayoutBatch,
+    PayoutItem,
+    dump,
+    dump_batch,
+    from_ms,
+    load,
+    load_batch,
+    payout_from,
+)
+from paymentcore._work import Due, Runner
+from paymentcore.catalogue import Catalogue, Currency
 from paymentcore.errors import (
+    BatchRefusedError,
     CapabilityDisabledError,
     IdempotencyKeyRequiredError,
+    InvalidRequestError,
     InvalidTransitionError,
     MerchantNotApprovedError,
     NotFoundError,
+    PaymentError,
     PayoutsNotConfiguredError,
     ProviderBlockedError,
 )
 from paymentcore.ports import NetworkError, NetworkOutcome, PayoutRequest, PayoutResult, Transaction
+
+#: the most items a bulk request may hold
+MAX_BATCH_ITEMS = 1000
+
+
+@attrs.frozen
+class _Checked:
+    """A payout's arguments once the catalogue has checked them (minor units, the detected network)."""
+
+    currency: Currency
+    amount: int
+    phone: str
+    country: str
+    provider: str
+    recipient_name: str | None
+    merchant_reference: str | None
+
+
+def _arguments(asked: PayoutItem) -> dict[str, Any]:
+    """A payout's arguments as its idempotency fingerprint reads them (the names of ``create``)."""
+    return {
+        "amount": asked.amount,
+        "currency": asked.currency,
+        "phone": asked.phone,
+        "recipient_name": asked.recipient_name,
+        "provider": asked.provider,
+        "country": asked.country,
+        "merchant_reference": asked.merchant_reference,
+    }
 
 
 @attrs.frozen
@@ -113,22 +166,19 @@ class Disburse:
         with other arguments it raises :class:`IdempotencyKeyReusedError`.
         """
         deps = self._deps
-        cat = deps.catalogue
         key = check_key(idempotency_key)
         if key is None:
             raise IdempotencyKeyRequiredError(param="idempotency_key")
-        print_ = fingerprint(
-            "disburse",
-            {
-                "amount": amount,
-                "currency": currency,
-                "phone": phone,
-                "recipient_name": recipient_name,
-                "provider": provider,
-                "country": country,
-                "merchant_reference": merchant_reference,
-            },
+        asked = PayoutItem(
+            amount=amount,
+            currency=currency,
+            phone=phone,
+            merchant_reference=merchant_reference,  # type: ignore[arg-type]  # optional for one payout
+            recipient_name=recipient_name,
+            provider=provider,
+            country=country,
         )
+        print_ = fingerprint("disburse", _arguments(asked))
         with deps.store.read() as view:  # a replay needs no write lock: answer it from a read
             replay = self._replay(view, merchant_id, key, print_, deps.clock.now())
         if replay is not None:  # the original answer, whatever changed since
@@ -142,67 +192,125 @@ class Disburse:
             settings = tx.settings.get()
             if not settings.payouts_enabled:  # before any other check, as the API documents
                 raise CapabilityDisabledError(BlockedBy.PLATFORM.message(""))
-            cur = cat.currency(required_value(currency, "currency"), settleable=True)
-            minor = parse_amount(required_value(amount, "amount"), cur)
-            raw_phone = required_text(phone, "phone", max_length=32)
-            recipient_name = optional_text(recipient_name, "recipient_name", max_length=120)
-            merchant_reference = optional_text(merchant_reference, "merchant_reference", max_length=120)
-            where = cat.country(country if country is not None else "CM")
-            cat.check_currency_for_country(cur, where)
-            named = cat.provider(provider) if provider is not None else None
-            local_phone, network = cat.resolve_mobile(country=where, phone=raw_phone, provider=named)
+            checked = self._check(asked)
             merchant = require_merchant(tx, merchant_id)
             if not merchant.approved:
                 raise MerchantNotApprovedError()
-            blocked = blocked_by(settings, merchant, cur.code)
-            if blocked is not None:
-                raise PayoutsNotConfiguredError(blocked.message(cur.code), param="currency")
-            if network.code in merchant.blocked_providers:
-                raise ProviderBlockedError(
-                    f"This account is restricted from {network.code}.", param="provider"
-                )
-            limits = self._effective(tx, merchant.id, cur.code)
-            check_limits(
-                limits,
-                minor,
-                cur,
-                now=now,
-                spent_since=lambda since: tx.payouts.spent(merchant.id, cur.code, since),
+            payout = self._admit(
+                tx,
+                merchant,
+                settings,
+                checked,
+                now,
+                limits_for=lambda code: self._effective(tx, merchant.id, code),
+                spent_since=lambda since: tx.payouts.spent(merchant.id, checked.currency.code, since),
             )
-            reference = deps.refs.payout(now)
+            record = payout_from(payout, catalogue=deps.catalogue)
+            self._idem.save(tx, merchant_id, key, print_, dump(record), now)
+            return record
+
+    def _check(self, asked: PayoutItem) -> _Checked:
+        """The checks of a payout's arguments that need no database (the catalogue's), in the order the
+        API reports them; the first refusal raises."""
+        cat = self._deps.catalogue
+        cur = cat.currency(required_value(asked.currency, "currency"), settleable=True)
+        minor = parse_amount(required_value(asked.amount, "amount"), cur)
+        raw_phone = required_text(asked.phone, "phone", max_length=32)
+        recipient_name = optional_text(asked.recipient_name, "recipient_name", max_length=120)
+        merchant_reference = optional_text(asked.merchant_reference, "merchant_reference", max_length=120)
+        where = cat.country(asked.country if asked.country is not None else "CM")
+        cat.check_currency_for_country(cur, where)
+        named = cat.provider(asked.provider) if asked.provider is not None else None
+        local_phone, network = cat.resolve_mobile(country=where, phone=raw_phone, provider=named)
+        return _Checked(
+            currency=cur,
+            amount=minor,
+            phone=local_phone,
+            country=where.code,
+            provider=network.code,
+            recipient_name=recipient_name,
+            merchant_reference=merchant_reference,
+        )
+
+    def _admit(
+        self,
+        tx: Transaction,
+        merchant: Merchant,
+        settings: Settings,
+        checked: _Checked,
+        now: int,
+        *,
+        limits_for: Callable[[str], EffectiveLimits],
+        spent_since: Callable[[int], int],
+        batch: _BatchWrites | None = None,
+        index: int = 0,
+    ) -> models.Payout:
+        """The checks that need the database (switches, provider, ceilings, the live balance), then the
+        reservation and the PENDING payout. Nothing is written unless every check passes, so a refusal
+        leaves the transaction as it was (a bulk request goes on with its next item).
+
+        Alone, the reservation and the payout are written here. In a bulk request (``batch``) the
+        balance check is the same (:func:`ledger.check_funds`), against the balance the earlier items
+        left, but the writes are kept and made together once every item is checked."""
+        deps = self._deps
+        cur = checked.currency
+        blocked = blocked_by(settings, merchant, cur.code)
+        if blocked is not None:
+            raise PayoutsNotConfiguredError(blocked.message(cur.code), param="currency")
+        if checked.provider in merchant.blocked_providers:
+            raise ProviderBlockedError(
+                f"This account is restricted from {checked.provider}.", param="provider"
+            )
+        limits = limits_for(cur.code)
+        check_limits(limits, checked.amount, cur, now=now, spent_since=spent_since)
+        reference = deps.refs.payout(now)
+        entry_id = deps.refs.token("led")
+        if batch is None:  # the one conditional step that can still refuse: it writes only if it moves
             ledger.reserve(
                 tx,
-                entry_id=deps.refs.token("led"),
+                entry_id=entry_id,
                 merchant_id=merchant.id,
                 currency=cur.code,
-                amount=minor,
+                amount=checked.amount,
                 reference=reference,
                 now=now,
                 decimals=cur.decimals,
             )
-            held = held_for_review(limits, minor)
-            payout = models.Payout(
-                reference=reference,
-                merchant_id=merchant.id,
-                status=PayoutStatus.PENDING,
-                amount=minor,
+        else:
+            batch.reservations.reserve(
+                entry_id=entry_id,
                 currency=cur.code,
-                phone=local_phone,
-                country=where.code,
-                provider=network.code,
-                recipient_name=recipient_name,
-                merchant_reference=merchant_reference,
-                awaiting_review=held,
-                created_at=now,
-                updated_at=now,
-                status_reason=REVIEW_REASON if held else None,
-                next_check_at=None if held else now,
+                amount=checked.amount,
+                reference=reference,
+                now=now,
+                decimals=cur.decimals,
             )
+        held = held_for_review(limits, checked.amount)
+        payout = models.Payout(
+            reference=reference,
+            merchant_id=merchant.id,
+            status=PayoutStatus.PENDING,
+            amount=checked.amount,
+            currency=cur.code,
+            phone=checked.phone,
+            country=checked.country,
+            provider=checked.provider,
+            recipient_name=checked.recipient_name,
+            merchant_reference=checked.merchant_reference,
+            awaiting_review=held,
+            created_at=now,
+            updated_at=now,
+            status_reason=REVIEW_REASON if held else None,
+            next_check_at=None if held else now,
+            batch_id=None if batch is None else batch.batch_id,
+            batch_index=None if batch is None else index,
+        )
+        if batch is None:
             tx.payouts.add(payout)
-            self._tell(payout.status)
-            record = payout_from(payout, catalogue=cat)
-            self._idem.save(tx, merchant_id, key, print_, dump(record), now)
-            return record
+        else:
+            batch.payouts.append(payout)
+        self._tell(payout.status)
+        return payout
 
     def _replay(self, tx: Transaction, merchant_id: str, key: str, print_: str, now: int) -> Payout | None:
         kept = self._idem.lookup(tx, merchant_id, key, print_, now)
@@ -220,6 +328,222 @@ class Disburse:
     def _effective(self, tx: Transaction, merchant_id: str, currency: str) -> EffectiveLimits:
         maximum = self._deps.catalogue.currencies[currency].max_minor
         return effective_limits(tx.limits.get(merchant_id, currency), maximum)
+
+    # --- bulk requests ---------------------------------------------------------------------------
+
+    def create_bulk(
+        self,
+        merchant_id: str,
+        *,
+        items: Sequence[PayoutItem],
+        mode: BatchMode | str,
+        idempotency_key: str,
+    ) -> PayoutBatch:
+        """Create up to 1,000 payouts at once, in one transaction; the batch, with every item's outcome.
+
+        Each item is checked exactly as :meth:`create` checks a payout, in request order: the ceilings
+        and the balance see the items accepted before it. ``mode`` ``each`` (:attr:`BatchMode.EACH`)
+        accepts or refuses every item on its own (a refused item is in ``items`` with its ``error``, and
+        moves nothing); ``all`` refuses the whole request with :class:`BatchRefusedError` when one item
+        is refused, and then nothing is created or reserved.
+
+        Refused whole, with nothing written (InvalidRequestError, ``param`` naming the item as
+        ``items[3].merchant_reference``): ``items`` not a sequence of 1 to 1,000 :class:`PayoutItem`, an
+        item without a ``merchant_reference``, or two items with the same one. Refused whole as well,
+        as a single payout is: payouts off platform-wide, the merchant not approved. The same
+        ``idempotency_key`` with the same request answers the batch as it was created; with another
+        request it raises IdempotencyKeyReusedError. A request refused whole keeps nothing, so it can be
+        sent again with the same key.
+        """
+        deps = self._deps
+        key = check_key(idempotency_key)
+        if key is None:
+            raise IdempotencyKeyRequiredError(param="idempotency_key")
+        wanted = _check_mode(mode)
+        asked = _check_items(items)
+        print_ = fingerprint(
+            "disburse.bulk",
+            {"mode": wanted.value, "items": [fingerprint("disburse", _arguments(item)) for item in asked]},
+        )
+        with deps.store.read() as view:
+            replay = self._replay_batch(view, merchant_id, key, print_, deps.clock.now())
+        if replay is not None:
+            return replay
+        with deps.transaction() as tx:
+            now = deps.clock.now()
+            replay = self._replay_batch(tx, merchant_id, key, print_, now)
+            if replay is not None:
+                return replay
+            settings = tx.settings.get()
+            if not settings.payouts_enabled:  # refuses every item alike: the request, as a payout's
+                raise CapabilityDisabledError(BlockedBy.PLATFORM.message(""))
+            merchant = require_merchant(tx, merchant_id)
+            if not merchant.approved:
+                raise MerchantNotApprovedError()
+            writes = _BatchWrites(deps.refs.token("bat"), ledger.Reservations(tx, merchant.id))
+            limits: dict[str, EffectiveLimits] = {}  # per currency, read once: they cannot change meanwhile
+
+            def limits_for(code: str) -> EffectiveLimits:
+                if code not in limits:
+                    limits[code] = self._effective(tx, merchant.id, code)
+                return limits[code]
+
+            spend = _BatchSpend(tx, merchant.id)
+            outcomes: list[BatchItem] = []
+            refusals: dict[str, Any] = {}
+            for index, item in enumerate(asked):
+                try:
+                    checked = self._check(item)
+                    payout = self._admit(
+                        tx,
+                        merchant,
+                        settings,
+                        checked,
+                        now,
+                        limits_for=limits_for,
+                        spent_since=spend.since(checked.currency.code),
+                        batch=writes,
+                        index=index,
+                    )
+                except PaymentError as error:
+                    refused = ItemError(
+                        code=error.code, message=error.message, param=error.param, details=error.details
+                    )
+                    outcomes.append(BatchItem(index, item.merchant_reference, error=refused))
+                    refusals[str(index)] = {
+                        "merchantReference": item.merchant_reference,
+                        "code": refused.code,
+                        "message": refused.message,
+                        "param": refused.param,
+                        "details": refused.details,
+                    }
+                    continue
+                spend.add(payout.currency, payout.amount)
+                outcomes.append(
+                    BatchItem(
+                        index,
+                        item.merchant_reference,
+                        payout=BatchPayout(payout.reference, payout.status, payout.awaiting_review),
+                    )
+                )
+            if wanted is BatchMode.ALL and refusals:
+                raise _refused(outcomes)  # rolls the transaction back: nothing was created or reserved
+            made = writes.payouts
+            batch = models.PayoutBatch(
+                id=writes.batch_id,
+                merchant_id=merchant.id,
+                mode=wanted,
+                item_count=len(asked),
+                created_at=now,
+                refusals=refusals,
+                completed_at=None if made else now,  # nothing accepted: nothing left to wait for
+            )
+            writes.reservations.write()  # one balance move per currency, every journal entry
+            tx.payouts.add_many(made)
+            tx.batches.add(batch)
+            record = _batch_record(batch, _tally(made), outcomes, deps.catalogue, has_more=False)
+            if not made:
+                self._emit_completed(tx, batch, record, now)
+            self._idem.save(tx, merchant_id, key, print_, dump_batch(record), now)
+            return record
+
+    def get_bulk(
+        self,
+        merchant_id: str,
+        batch_id: str,
+        *,
+        limit: int = DEFAULT_LIMIT,
+        starting_after: int | None = None,
+    ) -> PayoutBatch:
+        """The merchant's batch ``batch_id`` as it is now: its progress (the payouts per status) and one
+        page of its items in request order (``limit``, 1 to 100, after the item whose index is
+        ``starting_after``). NotFoundError also for another merchant's batch."""
+        limit = check_limit(limit)
+        after = _check_index(starting_after)
+        with self._deps.store.read() as tx:
+            batch = tx.batches.get(batch_id) if isinstance(batch_id, str) and batch_id else None
+            if batch is None or batch.merchant_id != merchant_id:
+                raise NotFoundError("No such batch on this account.")
+            return self._read_batch(tx, batch, limit=limit, after=after)
+
+    def inspect_bulk(
+        self, batch_id: str, *, limit: int = DEFAULT_LIMIT, starting_after: int | None = None
+    ) -> OperatorBatch:
+        """Any merchant's batch, as an operator sees it (the console); NotFoundError when unknown."""
+        limit = check_limit(limit)
+        after = _check_index(starting_after)
+        with self._deps.store.read() as tx:
+            batch = tx.batches.get(batch_id) if isinstance(batch_id, str) and batch_id else None
+            if batch is None:
+                raise NotFoundError(f"No batch {str(batch_id)[:80]}.", param="batch_id")
+            return OperatorBatch(batch.merchant_id, self._read_batch(tx, batch, limit=limit, after=after))
+
+    def _read_batch(
+        self, tx: Transaction, batch: models.PayoutBatch, *, limit: int, after: int | None
+    ) -> PayoutBatch:
+        if after is not None and after >= batch.item_count:
+            raise InvalidRequestError(
+                f"starting_after must be the index of an item of this batch (0 to {batch.item_count - 1}).",
+                param="starting_after",
+            )
+        first = 0 if after is None else after + 1
+        last = min(first + limit, batch.item_count)  # the page holds the indexes first .. last - 1
+        payouts = {
+            payout.batch_index: payout
+            for payout in tx.payouts.in_batch(batch.id, after=after, limit=last - first)
+        }
+        items = []
+        for index in range(first, last):
+            payout = payouts.get(index)
+            refusal = batch.refusals.get(str(index))
+            if payout is not None:
+                reference = payout.merchant_reference or ""
+                items.append(
+                    BatchItem(
+                        index,
+                        reference,
+                        payout=BatchPayout(payout.reference, payout.status, payout.awaiting_review),
+                    )
+                )
+            elif refusal is not None:
+                items.append(BatchItem(index, str(refusal["merchantReference"]), error=_item_error(refusal)))
+        return _batch_record(
+            batch,
+            tx.payouts.batch_tally(batch.id),
+            items,
+            self._deps.catalogue,
+            has_more=last < batch.item_count,
+        )
+
+    def _replay_batch(
+        self, tx: Transaction, merchant_id: str, key: str, print_: str, now: int
+    ) -> PayoutBatch | None:
+        kept = self._idem.lookup(tx, merchant_id, key, print_, now)
+        return None if kept is None else load_batch(kept)
+
+    def _emit_completed(
+        self, tx: Transaction, batch: models.PayoutBatch, record: PayoutBatch, now: int
+    ) -> None:
+        self._deps.emit(
+            tx, batch.merchant_id, "disburse.bulk.completed", render.batch_event_data(record), now
+        )
+
+    def _after_final(self, tx: Transaction, before: models.Payout, after: models.Payout, now: int) -> None:
+        """Inside the transaction that made a payout final: if it was its batch's last open payout, the
+        batch completes here, once (``completed_at``), with ``disburse.bulk.completed``."""
+        if after.batch_id is None or before.status not in BATCH_OPEN_STATUSES:
+            return
+        if after.status in BATCH_OPEN_STATUSES or tx.payouts.batch_open(after.batch_id):
+            return
+        batch = tx.batches.get(after.batch_id)
+        if batch is None or batch.completed_at is not None:
+            return
+        done = attrs.evolve(batch, completed_at=now)
+        tx.batches.update(done)
+        record = _batch_record(
+            done, tx.payouts.batch_tally(done.id), (), self._deps.catalogue, has_more=False
+        )
+        self._emit_completed(tx, done, record, now)
 
     # --- reading ---------------------------------------------------------------------------------
 
@@ -239,20 +563,28 @@ class Disburse:
         starting_after: str | None = None,
         status: PayoutStatus | None = None,
         merchant_reference: str | None = None,
+        batch: str | None = None,
     ) -> Page[Payout]:
         """The merchant's payouts, newest first, ``limit`` (1 to 100) at a time.
 
         ``starting_after`` is the reference of the previous page's last payout; one that is not the
-        merchant's raises InvalidRequestError (param ``starting_after``). ``status`` and
-        ``merchant_reference`` keep only the payouts that have them.
+        merchant's raises InvalidRequestError (param ``starting_after``). ``status``,
+        ``merchant_reference`` and ``batch`` (a bulk request's id, ``bat_...``) keep only the payouts
+        that have them.
         """
         limit = check_limit(limit)
         after = check_cursor(starting_after)
         wanted = check_member(status, PayoutStatus, "status")
         reference = check_text(merchant_reference, "merchant_reference", max_length=120)
+        batch_id = check_text(batch, "batch", max_length=200)
         with self._deps.store.read() as tx:
             rows = tx.payouts.page(
-                merchant_id, limit=limit + 1, after=after, status=wanted, merchant_reference=reference
+                merchant_id,
+                limit=limit + 1,
+                after=after,
+                status=wanted,
+                merchant_reference=reference,
+                batch_id=batch_id,
             )
         if rows is None:
             raise unknown_cursor("payouts")
@@ -337,6 +669,7 @@ class Disburse:
             tx.payouts.update(rejected)
             self._tell(rejected.status)
             self._emit(tx, rejected, "disburse.failed", now)
+            self._after_final(tx, payout, rejected, now)
             self._audit(tx, actor, "payout.reject", payout, rejected)
             return self._public(rejected)
 
@@ -369,6 +702,7 @@ class Disburse:
                 self._tell(resolved.status)
             if current.status is PayoutStatus.SENT:
                 self._emit(tx, resolved, "disburse.failed", now)
+            self._after_final(tx, current, resolved, now)
             self._audit(tx, actor, "payout.resolve", current, resolved)
             return self._public(resolved)
 
@@ -396,8 +730,10 @@ class Disburse:
         self._runner.run_one(reference)
 
     def due(self, tx: Transaction, now: int, limit: int) -> builtins.list[Due]:
-        # a lane per provider: a mobile network that hangs holds up only its own payouts
-        due = tx.payouts.due(now, limit, per_lane=LANE_DEPTH)
+        # the store lists a round over the merchants with work (_queries.payouts_in_due_order), so the
+        # payouts of a merchant's batch of 1,000 do not go before every other merchant's payouts; a lane
+        # per provider: a mobile network that hangs holds up only its own payouts
+        due = tx.payouts.due(now, limit)
         return [Due(key=payout.reference, lane=payout_lane(payout)) for payout in due]
 
     def renew(self, tx: Transaction, key: str, held_until: int, until: int) -> bool:
@@ -471,6 +807,7 @@ class Disburse:
         tx.payouts.update(paid)
         self._tell(paid.status)
         self._emit(tx, paid, "disburse.succeeded", now)
+        self._after_final(tx, payout, paid, now)
         return paid
 
     def _fail(self, tx: Transaction, payout: models.Payout, reason: str, now: int) -> None:
@@ -479,6 +816,7 @@ class Disburse:
         tx.payouts.update(failed)
         self._tell(failed.status)
         self._emit(tx, failed, "disburse.failed", now)
+        self._after_final(tx, payout, failed, now)
 
     def _move_money(self, tx: Transaction, payout: models.Payout, movement: Any, now: int) -> None:
         """Post or release a payout's reservation (the record's transition has refused a second one)."""
@@ -522,3 +860,200 @@ def _request_of(payout: models.Payout) -> PayoutRequest:
         currency=payout.currency,
         sent_at=payout.sent_at if payout.sent_at is not None else payout.created_at,
     )
+
+
+# --- bulk requests: the checks of the request as a whole, and the batch record --------------------------
+
+
+def _check_mode(mode: object) -> BatchMode:
+    if isinstance(mode, BatchMode):
+        return mode
+    for member in BatchMode:
+        if isinstance(mode, str) and mode == member.value:
+            return member
+    raise InvalidRequestError("mode must be each or all.", param="mode")
+
+
+def _check_items(items: object) -> list[PayoutItem]:
+    """The items of a bulk request, or InvalidRequestError naming the first item that makes it
+    malformed (nothing of such a request is done)."""
+    if isinstance(items, str | bytes) or not isinstance(items, Sequence) or not items:
+        raise InvalidRequestError(f"items must be a list of 1 to {MAX_BATCH_ITEMS:,} payouts.", param="items")
+    if len(items) > MAX_BATCH_ITEMS:
+        raise InvalidRequestError(
+            f"A batch holds at most {MAX_BATCH_ITEMS:,} items: items[{MAX_BATCH_ITEMS}] is one too many"
+            f" ({len(items):,} given).",
+            param=f"items[{MAX_BATCH_ITEMS}]",
+            details={"index": MAX_BATCH_ITEMS, "maximum": MAX_BATCH_ITEMS, "count": len(items)},
+        )
+    seen: dict[str, int] = {}
+    for index, item in enumerate(items):
+        if not isinstance(item, PayoutItem):
+            raise InvalidRequestError(
+                f"items[{index}] must be a payout.", param=f"items[{index}]", details={"index": index}
+            )
+        param = f"items[{index}].merchant_reference"
+        reference = item.merchant_reference
+        if not isinstance(reference, str) or not reference:
+            raise InvalidRequestError(
+                f"{param} is required: each item of a batch has its own.",
+                param=param,
+                details={"index": index},
+            )
+        if reference in seen:
+            raise InvalidRequestError(
+                f"{param} repeats the one of item {seen[reference]}: each item of a batch has its own.",
+                param=param,
+                details={"index": index, "sameAs": seen[reference]},
+            )
+        seen[reference] = index
+    return list(items)
+
+
+def _check_index(value: object) -> int | None:
+    """None, or the index of the item the previous page of a batch's items ended with."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidRequestError(
+            "starting_after must be the index of the last item of the previous page.", param="starting_after"
+        )
+    return value
+
+
+@attrs.define
+class _BatchWrites:
+    """What a bulk request has accepted so far, written together once every item is checked: the
+    reservations (their balance checks made as each item came) and the payouts, in item order."""
+
+    batch_id: str
+    reservations: ledger.Reservations
+    payouts: list[models.Payout] = attrs.field(factory=list)
+
+
+class _BatchSpend:
+    """What a bulk request's rolling ceilings see, item after item: what was spent before the request
+    (read once per currency and window; the batch's own payouts are written only at its end) plus the
+    items it accepted so far, all created now, so inside every window."""
+
+    def __init__(self, tx: Transaction, merchant_id: str) -> None:
+        self._tx = tx
+        self._merchant_id = merchant_id
+        self._before: dict[tuple[str, int], int] = {}
+        self._accepted: dict[str, int] = {}
+
+    def since(self, currency: str) -> Callable[[int], int]:
+        def spent(since: int) -> int:
+            if (currency, since) not in self._before:
+                self._before[(currency, since)] = self._tx.payouts.spent(self._merchant_id, currency, since)
+            return self._before[(currency, since)] + self._accepted.get(currency, 0)
+
+        return spent
+
+    def add(self, currency: str, amount: int) -> None:
+        self._accepted[currency] = self._accepted.get(currency, 0) + amount
+
+
+def _tally(payouts: Sequence[models.Payout]) -> list[BatchTally]:
+    sums: dict[tuple[PayoutStatus, str], tuple[int, int]] = {}
+    for payout in payouts:
+        count, amount = sums.get((payout.status, payout.currency), (0, 0))
+        sums[(payout.status, payout.currency)] = (count + 1, amount + payout.amount)
+    return [
+        BatchTally(status, currency, count, amount) for (status, currency), (count, amount) in sums.items()
+    ]
+
+
+def _batch_record(
+    batch: models.PayoutBatch,
+    tally: Sequence[BatchTally],
+    items: Sequence[BatchItem],
+    catalogue: Catalogue,
+    *,
+    has_more: bool,
+) -> PayoutBatch:
+    """The batch as its merchant sees it: counts, totals and progress per currency (every status, zeros
+    included), and the ``items`` given."""
+    found = {(row.status, row.currency): row for row in tally}
+    currencies = sorted({row.currency for row in tally})
+    progress: list[BatchProgress] = []
+    totals: list[BatchTotal] = []
+    for code in currencies:
+        render_amount = catalogue.currencies[code].render
+        rows = [found.get((status, code)) for status in PayoutStatus]
+        progress.extend(
+            BatchProgress(
+                status,
+                code,
+                row.count if row is not None else 0,
+                render_amount(row.amount if row is not None else 0),
+            )
+            for status, row in zip(PayoutStatus, rows, strict=True)
+        )
+        totals.append(
+            BatchTotal(
+                code,
+                sum(row.count for row in rows if row is not None),
+                render_amount(sum(row.amount for row in rows if row is not None)),
+            )
+        )
+    return PayoutBatch(
+        id=batch.id,
+        mode=batch.mode,
+        status=BatchStatus.PROCESSING if batch.completed_at is None else BatchStatus.COMPLETED,
+        created_at=from_ms(batch.created_at),
+        completed_at=None if batch.completed_at is None else from_ms(batch.completed_at),
+        item_count=batch.item_count,
+        accepted=sum(total.count for total in totals),
+        refused=len(batch.refusals),
+        totals=tuple(totals),
+        progress=tuple(progress),
+        items=tuple(items),
+        has_more=has_more,
+    )
+
+
+def _item_error(refusal: Mapping[str, Any]) -> ItemError:
+    param = refusal.get("param")
+    details = refusal.get("details")
+    return ItemError(
+        code=str(refusal["code"]),
+        message=str(refusal["message"]),
+        param=param if isinstance(param, str) else None,
+        details=details if isinstance(details, dict) else None,
+    )
+
+
+def _refused(outcomes: Sequence[BatchItem]) -> BatchRefusedError:
+    """The refusal of an all-or-none batch: every refused item, with its own error."""
+    refused = [item for item in outcomes if item.error is not None]
+    first = refused[0]
+    assert first.error is not None
+    return BatchRefusedError(
+        f"{len(refused)} of {len(outcomes)} items were refused, so none was accepted (mode all); the first"
+        f" is item {first.index}: {first.error.message}",
+        details={
+            "itemCount": len(outcomes),
+            "refusedCount": len(refused),
+            "items": [
+                {
+                    "index": item.index,
+                    "merchantReference": item.merchant_reference,
+                    "error": _error_dict(item.error),
+                }
+                for item in refused
+                if item.error is not None
+            ],
+        },
+        items=refused,
+    )
+
+
+def _error_dict(error: ItemError) -> dict[str, Any]:
+    """An item's error in the API's error shape (``param`` and ``details`` only when there are some)."""
+    shaped: dict[str, Any] = {"code": error.code, "message": error.message}
+    if error.param is not None:
+        shaped["param"] = error.param
+    if error.details is not None:
+        shaped["details"] = dict(error.details)
+    return shaped

@@ -5,7 +5,8 @@ does (signature over ``<timestamp>.<raw body>``, freshness), then parses the bod
 (:func:`paymentcore._money.parse_json`: never a float) and returns a :class:`WebhookEvent`:
 
 - collection events are flat JSON without the event name (it travels in ``X-Service-Event``);
-- payout events are wrapped: ``{"event": <name>, "data": {...}, "eventId": ...}``;
+- payout events are wrapped: ``{"event": <name>, "data": {...}, "eventId": ...}``, and so is
+  ``disburse.bulk.completed``, whose data is the batch's (``reference`` is its ``bat_...`` id);
 - an endpoint registered for legacy names receives ``payment.succeeded``, ``payout.paid``, ...;
   ``WebhookEvent.type`` is always the current name (``collect.succeeded``, ``disburse.succeeded``),
   ``WebhookEvent.name`` the name as delivered.
@@ -57,11 +58,13 @@ _STATUSES: Mapping[str, frozenset[str]] = MappingProxyType(
         "disburse.sent": frozenset({"SENT"}),
         "disburse.succeeded": frozenset({"PAID"}),
         "disburse.failed": frozenset({"FAILED", "REJECTED"}),
+        "disburse.bulk.completed": frozenset({"COMPLETED"}),
     }
 )
 
 _COLLECTION_PREFIX = "collect."
 _PAYOUT_PREFIX = "disburse."
+_BATCH_PREFIX = "disburse.bulk."
 _NAME = re.compile(r"[a-z][a-z0-9_]*(?:\.[a-z][a-z0-9_]*)+")
 _NAME_MAX = 100
 
@@ -91,8 +94,14 @@ class WebhookEvent:
 
     @property
     def is_payout(self) -> bool:
-        """A ``disburse.*`` event: the payout's data."""
-        return self.type.startswith(_PAYOUT_PREFIX)
+        """A ``disburse.*`` event about one payout: the payout's data."""
+        return self.type.startswith(_PAYOUT_PREFIX) and not self.is_batch
+
+    @property
+    def is_batch(self) -> bool:
+        """A ``disburse.bulk.*`` event (``disburse.bulk.completed``): a bulk request's data, whose
+        ``reference`` is the batch's id (``bat_...``)."""
+        return self.type.startswith(_BATCH_PREFIX)
 
     @property
     def amount(self) -> Decimal | None:

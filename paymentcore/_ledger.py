@@ -146,12 +146,71 @@ def reserve(
         available = tx.ledger.balance(merchant_id, currency).available
         if available >= amount:
             raise
+    check_funds(available, amount, currency=currency, decimals=decimals)
+    raise LedgerInvariantError(f"reserve of {amount} refused with {available} available")
+
+
+def check_funds(available: int, amount: int, *, currency: str, decimals: int) -> None:
+    """INSUFFICIENT_BALANCE unless ``available`` (minor units) covers ``amount``: the reservation's rule,
+    for :func:`reserve` and for :class:`Reservations`."""
+    if available >= amount:
+        return
     have, need = minor_to_decimal(available, decimals), minor_to_decimal(amount, decimals)
     raise InsufficientBalanceError(
         f"The available {currency} balance is {have}; this payout needs {need}.",
         param="amount",
         details={"available": have, "required": need, "currency": currency},
     )
+
+
+class Reservations:
+    """Many payouts' reservations in one unit of work, written together by :meth:`write`.
+
+    :meth:`reserve` checks each one against the available balance as the earlier ones leave it (the
+    balance is read once per currency) with :func:`check_funds`, and keeps its journal entry; nothing
+    is written until :meth:`write`, which moves each currency's total in one conditional step and
+    appends every entry in order. Inside a write unit of work the balance cannot change meanwhile.
+    """
+
+    def __init__(self, tx: Transaction, merchant_id: str) -> None:
+        self._tx = tx
+        self._merchant_id = merchant_id
+        self._available: dict[str, int] = {}
+        self._totals: dict[str, int] = {}
+        self._entries: list[LedgerEntry] = []
+
+    def reserve(
+        self, *, entry_id: str, currency: str, amount: int, reference: str, now: int, decimals: int
+    ) -> None:
+        if amount <= 0:
+            raise ValueError("a reserve moves a positive amount")
+        if currency not in self._available:
+            self._available[currency] = self._tx.ledger.balance(self._merchant_id, currency).available
+        check_funds(self._available[currency], amount, currency=currency, decimals=decimals)
+        self._available[currency] -= amount
+        self._totals[currency] = self._totals.get(currency, 0) + amount
+        legs = (
+            LedgerLeg(_account(self._merchant_id, "available"), -amount),
+            LedgerLeg(_account(self._merchant_id, "reserved"), amount),
+        )
+        self._entries.append(
+            LedgerEntry(
+                id=entry_id,
+                merchant_id=self._merchant_id,
+                currency=currency,
+                kind="reserve",
+                reference=reference,
+                legs=legs,
+                created_at=now,
+            )
+        )
+
+    def write(self) -> None:
+        for currency, total in self._totals.items():
+            if self._tx.ledger.move(self._merchant_id, currency, available=-total, reserved=total) is None:
+                raise LedgerInvariantError(f"reserve of {total} {currency} refused by the store")
+        if self._entries:
+            self._tx.ledger.append_many(self._entries)
 
 
 def post(

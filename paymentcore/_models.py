@@ -51,6 +51,13 @@ class PayoutStatus(enum.Enum):
     REJECTED = "REJECTED"
 
 
+class BatchMode(enum.Enum):
+    """How a bulk payout request treats a refused item."""
+
+    EACH = "each"  # each item is accepted or refused on its own
+    ALL = "all"  # all or none: one refused item refuses the whole batch, and nothing is reserved
+
+
 class Resolution(enum.Enum):
     """How a payout's reservation ended: at most once per payout."""
 
@@ -233,6 +240,8 @@ class Payout:
     sent_at: int | None = None
     next_check_at: int | None = None  # dispatch lease, or next status check once SENT
     resolution: Resolution | None = None
+    batch_id: str | None = None  # the bulk request (bat_...) that created it, if any ...
+    batch_index: int | None = None  # ... and its item's place in that request (from 0)
 
     def _to(self, target: PayoutStatus) -> None:
         check_transition(PAYOUT_TRANSITIONS, self.status, target, "payout")
@@ -319,6 +328,35 @@ class Payout:
             next_check_at=None,
             updated_at=now,
         )
+
+
+@attrs.frozen
+class PayoutBatch:
+    """A bulk payout request, written in the transaction that created its payouts.
+
+    The accepted items are the payouts that carry this batch's id (``Payout.batch_id``, with their
+    ``batch_index``); the refused ones are kept here, in ``refusals``: the item's index (as a string)
+    to ``{"merchantReference", "code", "message", "param", "details"}``. ``completed_at`` is set once,
+    by the transaction that makes its last open payout final.
+    """
+
+    id: str
+    merchant_id: str
+    mode: BatchMode
+    item_count: int
+    created_at: int
+    refusals: dict[str, Any]
+    completed_at: int | None = None
+
+
+@attrs.frozen
+class BatchTally:
+    """How many of a batch's payouts are in one status and currency, and their sum (minor units)."""
+
+    status: PayoutStatus
+    currency: str
+    count: int
+    amount: int
 
 
 @attrs.frozen

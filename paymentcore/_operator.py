@@ -545,6 +545,7 @@ class Operator:
             payout=payout_from(payout, catalogue=self._deps.catalogue),
             resolution=None if payout.resolution is None else payout.resolution.value,
             updated_at=from_ms(payout.updated_at),
+            batch_id=payout.batch_id,
         )
 
     def collections(

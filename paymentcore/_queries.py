@@ -57,9 +57,33 @@ def payout_is_due(payout: Payout, now: int) -> bool:
 
 
 def payout_due_order(payout: Payout) -> tuple[int, str]:
-    """The order ``payouts.due`` lists due payouts in: earliest ``next_check_at``, then reference."""
+    """One merchant's due payouts in turn: earliest ``next_check_at``, then reference."""
     assert payout.next_check_at is not None
     return (payout.next_check_at, payout.reference)
+
+
+def payouts_in_due_order(due: Iterable[Payout]) -> list[Payout]:
+    """The order ``payouts.due`` lists due payouts in: a round over the merchants with work.
+
+    Each merchant's due payouts are taken in :func:`payout_due_order`; the list holds every merchant's
+    first, then every merchant's second, and so on (within a round, in :func:`payout_due_order`). A
+    merchant who sends a batch of 1,000 payouts then takes one place in each round, not the first 1,000
+    places, so another merchant's single payout is worked next, not after the batch.
+    """
+    turns: dict[str, int] = {}
+    ranked = []
+    for payout in sorted(due, key=payout_due_order):
+        turn = turns.get(payout.merchant_id, 0)
+        turns[payout.merchant_id] = turn + 1
+        ranked.append((turn, payout_due_order(payout), payout))
+    ranked.sort(key=lambda entry: (entry[0], entry[1]))
+    return [payout for _, _, payout in ranked]
+
+
+#: A batch's payouts in these statuses are still open: the batch completes when none is left. The
+#: others are final for a batch: PAID and REJECTED for ever, FAILED until an operator resolves it (the
+#: worker does nothing more with it on its own).
+BATCH_OPEN_STATUSES: frozenset[PayoutStatus] = frozenset({PayoutStatus.PENDING, PayoutStatus.SENT})
 
 
 # --- collections --------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ answer is kept and replayed.
 
 from __future__ import annotations
 
+import copy
 import enum
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -18,12 +19,18 @@ import attrs
 import cattrs
 
 from paymentcore import _models as models
-from paymentcore._models import CollectionKind, CollectionStatus, PayoutStatus
+from paymentcore._models import BatchMode, CollectionKind, CollectionStatus, PayoutStatus
 from paymentcore._money import apply_rate
 from paymentcore.catalogue import Catalogue
+from paymentcore.errors import ALL_ERRORS, PaymentError
 
 __all__ = [
     "AuditEntry",
+    "BatchItem",
+    "BatchPayout",
+    "BatchProgress",
+    "BatchStatus",
+    "BatchTotal",
     "Collection",
     "ConsoleSession",
     "CreatedOperator",
@@ -31,21 +38,27 @@ __all__ = [
     "EventDeliveryStatus",
     "EventRecord",
     "EventSummary",
+    "ItemError",
     "LedgerItem",
     "LedgerItemType",
     "MerchantBalance",
     "OperatorAccount",
+    "OperatorBatch",
     "OperatorCollection",
     "OperatorPayout",
     "Page",
     "Payout",
     "PayoutAllowance",
+    "PayoutBatch",
+    "PayoutItem",
     "SignedIn",
     "WebhookRegistration",
     "WebhookSettings",
     "collection_from",
     "converter",
+    "dump_batch",
     "from_ms",
+    "load_batch",
     "payout_from",
     "to_ms",
 ]
@@ -176,6 +189,125 @@ def collection_from(
     )
 
 
+# --- bulk payouts ------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class PayoutItem:
+    """One payout of a bulk request (:meth:`Disburse.create_bulk`): the arguments of a single payout.
+
+    ``merchant_reference`` is required and must be unique within the request: it is how an item's
+    outcome is matched to the merchant's own records. Every value is checked as a single payout's is.
+    """
+
+    amount: Decimal | int
+    currency: str
+    phone: str
+    merchant_reference: str
+    recipient_name: str | None = None
+    provider: str | None = None
+    country: str | None = None
+
+
+@attrs.frozen
+class ItemError:
+    """Why an item of a bulk request was refused: the error a single payout with this item's arguments
+    would have raised (``code``, ``message``, ``param``, ``details``, as :class:`PaymentError` has them;
+    ``param`` is the item's field at fault, by its library name)."""
+
+    code: str
+    message: str
+    param: str | None = None
+    details: Mapping[str, Any] | None = attrs.field(default=None, hash=False)
+
+    def exception(self) -> PaymentError:
+        """The refusal as the typed exception a single payout raises (``InsufficientBalanceError``...)."""
+        kind = next((cls for cls in ALL_ERRORS if cls.code == self.code), PaymentError)
+        return kind(self.message, param=self.param, details=self.details)
+
+
+@attrs.frozen
+class BatchPayout:
+    """The payout an accepted item created: its reference, and its status when the batch was read."""
+
+    reference: str
+    status: PayoutStatus
+    awaiting_review: bool
+
+
+@attrs.frozen
+class BatchItem:
+    """One item of a bulk request, in request order: the payout it created, or why it was refused."""
+
+    index: int
+    merchant_reference: str
+    payout: BatchPayout | None = None
+    error: ItemError | None = None
+
+    @property
+    def accepted(self) -> bool:
+        return self.payout is not None
+
+
+@attrs.frozen
+class BatchTotal:
+    """The accepted items in one currency: how many, and their sum (in the currency's units)."""
+
+    currency: str
+    count: int
+    amount: Decimal
+
+
+@attrs.frozen
+class BatchProgress:
+    """A batch's payouts in one status and currency now: how many, and their sum."""
+
+    status: PayoutStatus
+    currency: str
+    count: int
+    amount: Decimal
+
+
+class BatchStatus(enum.Enum):
+    """PROCESSING while a payout of the batch is PENDING or SENT; COMPLETED once none is (every accepted
+    item PAID, FAILED or REJECTED; at once for a batch that accepted nothing)."""
+
+    PROCESSING = "PROCESSING"
+    COMPLETED = "COMPLETED"
+
+
+@attrs.frozen
+class PayoutBatch:
+    """A bulk payout request as its merchant sees it.
+
+    ``totals`` are the accepted items per currency; ``progress`` counts and sums the batch's payouts per
+    status and currency as they are now (every status, zeros included, for each currency). ``items`` are
+    in request order: all of them in the answer to :meth:`Disburse.create_bulk`, one page of them (and
+    ``has_more``) from :meth:`Disburse.get_bulk`.
+    """
+
+    id: str
+    mode: BatchMode
+    status: BatchStatus
+    created_at: datetime
+    completed_at: datetime | None
+    item_count: int
+    accepted: int
+    refused: int
+    totals: tuple[BatchTotal, ...]
+    progress: tuple[BatchProgress, ...]
+    items: tuple[BatchItem, ...]
+    has_more: bool = False
+
+
+@attrs.frozen
+class OperatorBatch:
+    """A bulk payout request as an operator sees it: whose it is, and the batch."""
+
+    merchant_id: str
+    batch: PayoutBatch
+
+
 def _make_converter() -> cattrs.Converter:
     made = cattrs.Converter(forbid_extra_keys=True)
     # Decimal as its exact text ("12.50" stays "12.50"), datetimes as integer milliseconds.
@@ -183,6 +315,25 @@ def _make_converter() -> cattrs.Converter:
     made.register_structure_hook(Decimal, lambda value, _: Decimal(str(value)))
     made.register_unstructure_hook(datetime, to_ms)
     made.register_structure_hook(datetime, lambda value, _: from_ms(int(value)))
+    # an item's error details are kept as they are (JSON numbers stay numbers, as in an error body)
+    made.register_unstructure_hook(
+        ItemError,
+        lambda error: {
+            "code": error.code,
+            "message": error.message,
+            "param": error.param,
+            "details": None if error.details is None else copy.deepcopy(dict(error.details)),
+        },
+    )
+    made.register_structure_hook(
+        ItemError,
+        lambda value, _: ItemError(
+            code=str(value["code"]),
+            message=str(value["message"]),
+            param=value.get("param"),
+            details=value.get("details"),
+        ),
+    )
     return made
 
 
@@ -193,6 +344,18 @@ def dump(record: Payout | Collection) -> dict[str, Any]:
     """Plain data for a record, tagged with its type."""
     kind = "payout" if isinstance(record, Payout) else "collection"
     return {"type": kind, "record": converter.unstructure(record)}
+
+
+def dump_batch(batch: PayoutBatch) -> dict[str, Any]:
+    """Plain data for a batch (the answer an idempotent bulk request keeps), tagged with its type."""
+    return {"type": "batch", "record": converter.unstructure(batch)}
+
+
+def load_batch(data: Any) -> PayoutBatch | None:
+    """The batch :func:`dump_batch` wrote, or None for anything else."""
+    if not isinstance(data, dict) or set(data) != {"type", "record"} or data["type"] != "batch":
+        return None
+    return converter.structure(data["record"], PayoutBatch)
 
 
 def load(data: Any) -> Payout | Collection | None:
@@ -443,6 +606,7 @@ class OperatorPayout:
     payout: Payout
     resolution: str | None
     updated_at: datetime
+    batch_id: str | None = None  # the bulk request (bat_...) that created it, if any
 
 
 @attrs.frozen

@@ -10,6 +10,7 @@ from decimal import Decimal
 from typing import Any
 
 from paymentcore._models import Collection, Payout
+from paymentcore._records import PayoutBatch
 from paymentcore.catalogue import Catalogue
 
 
@@ -17,8 +18,6 @@ def iso(ms: int) -> str:
     """ISO 8601 UTC with milliseconds: 2026-01-01T00:00:00.000Z."""
     moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
-
-
 
 
 def _units(catalogue: Catalogue, minor: int, currency: str) -> Decimal:
@@ -37,6 +36,34 @@ def payout_event_data(payout: Payout, *, catalogue: Catalogue) -> dict[str, Any]
         "merchantReference": payout.merchant_reference,
         "providerReference": payout.provider_reference,
         "statusReason": payout.status_reason,
+    }
+
+
+def _iso_of(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def batch_event_data(batch: PayoutBatch) -> dict[str, Any]:
+    """The ``data`` of ``disburse.bulk.completed``: the batch's counts, and its payouts counted and summed
+    per status and currency (``reference`` is the batch's id, as every event names its record)."""
+    return {
+        "reference": batch.id,
+        "id": batch.id,
+        "status": batch.status.value,
+        "mode": batch.mode.value,
+        "createdAt": _iso_of(batch.created_at),
+        "completedAt": None if batch.completed_at is None else _iso_of(batch.completed_at),
+        "itemCount": batch.item_count,
+        "acceptedCount": batch.accepted,
+        "refusedCount": batch.refused,
+        "totals": [
+            {"currency": total.currency, "count": total.count, "amount": total.amount}
+            for total in batch.totals
+        ],
+        "progress": [
+            {"status": row.status.value, "currency": row.currency, "count": row.count, "amount": row.amount}
+            for row in batch.progress
+        ],
     }
 
 

@@ -73,6 +73,8 @@ LEGACY_NAMES = {
     "disburse.failed": "payout.failed",
 }
 CURRENT_OF = {legacy: current for current, legacy in LEGACY_NAMES.items()}
+#: events that came after the rename: one name, delivered as is to every endpoint
+UNRENAMED = ("disburse.bulk.completed",)
 DISABLED_REASON = "Disabled after {n} consecutive failed events."
 
 #: how a stored delivery status shows (an event skipped for want of an active endpoint has failed) ...
@@ -497,11 +499,11 @@ def _check_type(value: object) -> str | None:
     if value is None:
         return None
     if isinstance(value, str):
-        if value in LEGACY_NAMES:
+        if value in LEGACY_NAMES or value in UNRENAMED:
             return value
         if value in CURRENT_OF:
             return CURRENT_OF[value]
-    names = ", ".join(LEGACY_NAMES)
+    names = ", ".join([*LEGACY_NAMES, *UNRENAMED])
     raise InvalidRequestError(f"type must be an event name ({names}) or its legacy name.", param="type")
 
 

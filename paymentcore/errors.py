@@ -9,7 +9,7 @@ groups the codes::
     ├── AccessError        UnauthorizedError, MerchantNotApprovedError, InsufficientScopeError,
     │                      CapabilityDisabledError, ProviderBlockedError
     ├── RequestError       InvalidRequestError (InvalidTransitionError), IdempotencyKeyRequiredError,
-    │                      IdempotencyKeyTooLongError, IdempotencyKeyReusedError
+    │                      IdempotencyKeyTooLongError, IdempotencyKeyReusedError, BatchRefusedError
     ├── CatalogueError     UnknownCurrencyError, CurrencyMismatchError, UnknownProviderError,
     │                      ProviderCountryMismatchError, CountryNotSupportedError,
     │                      PhoneNotRecognisedError, PhoneProviderMismatchError
@@ -24,8 +24,11 @@ HTTP.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from paymentcore._records import BatchItem
 
 __all__ = [
     "ALL_CODES",
@@ -36,6 +39,7 @@ __all__ = [
     "AmountPrecisionError",
     "AmountTooLargeError",
     "AmountTooSmallError",
+    "BatchRefusedError",
     "CapabilityDisabledError",
     "CatalogueError",
     "CountryNotSupportedError",
@@ -186,6 +190,30 @@ class IdempotencyKeyReusedError(RequestError):
 
     code = "IDEMPOTENCY_KEY_REUSED"
     default_message = "This idempotency key was already used with a different request."
+
+
+class BatchRefusedError(RequestError):
+    """Extension: a bulk payout request in mode ``all`` had an item refused, so the whole batch is
+    refused: no payout was created and nothing was reserved.
+
+    ``items`` are the refused items, in request order, each with the error a single payout with its
+    arguments would have raised; ``details`` says the same as plain data (``itemCount``,
+    ``refusedCount``, ``items``).
+    """
+
+    code = "BATCH_REFUSED"
+    default_message = "An item of this all-or-none batch was refused; nothing was accepted."
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        param: str | None = None,
+        details: Mapping[str, Any] | None = None,
+        items: Iterable[BatchItem] = (),
+    ) -> None:
+        super().__init__(message, param=param, details=details)
+        self.items: tuple[BatchItem, ...] = tuple(items)
 
 
 # --- Currency, country, network -------------------------------------------------------------------
@@ -368,6 +396,7 @@ HTTP_STATUS: Mapping[str, int] = {
     "RECIPIENT_BUSY": 403,
     "NOT_FOUND": 404,
     "IDEMPOTENCY_KEY_REUSED": 409,
+    "BATCH_REFUSED": 422,
     "RATE_LIMITED": 429,
     "SERVER_ERROR": 500,
 }

@@ -21,6 +21,7 @@ from paymentcore._audit import StoredAuditEntry, StoredOperator, StoredSession
 from paymentcore._models import (
     ApiKey,
     Balance,
+    BatchTally,
     Collection,
     CollectionStatus,
     Delivery,
@@ -30,6 +31,7 @@ from paymentcore._models import (
     LedgerEntry,
     Merchant,
     Payout,
+    PayoutBatch,
     PayoutLimits,
     PayoutStatus,
     Settings,
@@ -38,6 +40,7 @@ from paymentcore._models import (
 
 __all__ = [
     "AuditRepository",
+    "BatchRepository",
     "Clock",
     "CollectionRepository",
     "CollectionRequest",
@@ -243,13 +246,17 @@ class PayoutRepository(Protocol):
         """Insert; raises if the reference exists."""
         ...
 
+    def add_many(self, payouts: builtins.list[Payout]) -> None:
+        """Insert each, in order (one statement where the engine allows); raises if a reference exists."""
+        ...
+
     def update(self, payout: Payout) -> None:
         """Replace; raises KeyError if the reference does not exist."""
         ...
 
-    def due(self, now: int, limit: int, *, per_lane: int | None = None) -> list[Payout]:
-        """Payouts for which ``_queries.payout_is_due``, in ``payout_due_order``; with ``per_lane``,
-        at most that many of each lane (``payout_lane``), taken in turns (``_queries.in_turns``)."""
+    def due(self, now: int, limit: int) -> list[Payout]:
+        """Payouts for which ``_queries.payout_is_due``, in ``_queries.payouts_in_due_order`` (a round
+        over the merchants with work)."""
         ...
 
     def count_due(self, now: int) -> int:
@@ -288,8 +295,23 @@ class PayoutRepository(Protocol):
         after: str | None = None,
         status: PayoutStatus | None = None,
         merchant_reference: str | None = None,
+        batch_id: str | None = None,
     ) -> list[Payout] | None:
-        """At most ``limit`` of the merchant's payouts, newest first, after the payout ``after``."""
+        """At most ``limit`` of the merchant's payouts, newest first, after the payout ``after``; only
+        those of the bulk request ``batch_id`` when given."""
+        ...
+
+    def in_batch(self, batch_id: str, *, after: int | None, limit: int) -> builtins.list[Payout]:
+        """At most ``limit`` of the batch's payouts, by ``batch_index``, those after ``after`` only."""
+        ...
+
+    def batch_tally(self, batch_id: str) -> builtins.list[BatchTally]:
+        """The batch's payouts counted and summed per status and currency (only the pairs that occur,
+        in no particular order)."""
+        ...
+
+    def batch_open(self, batch_id: str) -> int:
+        """How many of the batch's payouts are in ``_queries.BATCH_OPEN_STATUSES``."""
         ...
 
     def queue(
@@ -310,6 +332,19 @@ class PayoutRepository(Protocol):
         ``limit``; only those of ``merchant_id``, in ``status``, with that ``awaiting_review``,
         (``unresolved``) whose reservation is (not) yet resolved, in ``currency``, and created at or
         after ``created_from`` and before ``created_before``, when given."""
+        ...
+
+
+class BatchRepository(Protocol):
+    """Bulk payout requests (their payouts are in ``payouts``, with ``batch_id``)."""
+
+    def add(self, batch: PayoutBatch) -> None:
+        """Insert; raises if the id exists."""
+        ...
+
+    def get(self, batch_id: str) -> PayoutBatch | None: ...
+    def update(self, batch: PayoutBatch) -> None:
+        """Replace; raises KeyError if the id does not exist."""
         ...
 
 
@@ -346,6 +381,10 @@ class LedgerRepository(Protocol):
 
     def append(self, entry: LedgerEntry) -> None:
         """Append to the journal (append-only; raises if the id exists)."""
+        ...
+
+    def append_many(self, entries: list[LedgerEntry]) -> None:
+        """Append each, in order (one statement where the engine allows)."""
         ...
 
     def entries(self, merchant_id: str, currency: str) -> list[LedgerEntry]:
@@ -563,6 +602,8 @@ class UnitOfWork(Protocol):
     def collections(self) -> CollectionRepository: ...
     @property
     def payouts(self) -> PayoutRepository: ...
+    @property
+    def batches(self) -> BatchRepository: ...
     @property
     def ledger(self) -> LedgerRepository: ...
     @property

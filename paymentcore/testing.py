@@ -414,6 +414,18 @@ class TestKit:
         """Run the background work until nothing is due (prompts, dispatch, deliveries)."""
         self.core.run_until_idle()
 
+    def batch_references(self, merchant_id: str, batch_id: str) -> list[str]:
+        """The references of the payouts a bulk request created, in item order (every page read), to
+        decide them on :attr:`network` (``complete``, ``fail``, ``refuse``) one by one."""
+        references: list[str] = []
+        after: int | None = None
+        while True:
+            batch = self.core.disburse.get_bulk(merchant_id, batch_id, limit=100, starting_after=after)
+            references += [item.payout.reference for item in batch.items if item.payout is not None]
+            if not batch.has_more or not batch.items:
+                return references
+            after = batch.items[-1].index
+
     def advance(self, seconds: float = 0, **kwargs: float) -> None:
         self.clock.advance(seconds, **kwargs)
         self.settle()

@@ -13,18 +13,23 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from paymentcore import (
+    BatchItem,
+    BatchRefusedError,
     Collection,
     CollectionKind,
     EventDelivery,
     EventRecord,
     EventSummary,
     InvalidRequestError,
+    ItemError,
     LedgerItem,
     MerchantBalance,
     Page,
     PaymentError,
     Payout,
     PayoutAllowance,
+    PayoutBatch,
+    PayoutItem,
     WebhookRegistration,
     WebhookSettings,
     from_ms,
@@ -156,13 +161,21 @@ class Query:
         return translate(error, self.wire_names)
 
 
+def _wire_param(param: str, message: str, wire_names: Mapping[str, str]) -> tuple[str, str]:
+    """A library ``param`` by its wire name, and ``message`` saying that name."""
+    wire = wire_names.get(param) or (camel(param) if "_" in param else param)
+    if wire == param:
+        return param, message
+    return wire, re.sub(rf"\b{re.escape(param)}\b", wire, message)
+
+
 def translate(error: PaymentError, wire_names: Mapping[str, str]) -> PaymentError:
     param = error.param
     if param is None:
         return error
-    wire = wire_names.get(param) or (camel(param) if "_" in param else param)
+    wire, message = _wire_param(param, error.message, wire_names)
     if wire != param:
-        error.message = re.sub(rf"\b{re.escape(param)}\b", wire, error.message)
+        error.message = message
         error.param = wire
         error.args = (error.message,)
     http_message = _HTTP_MESSAGES.get(error.code)
@@ -273,6 +286,110 @@ def allowance_json(allowance: PayoutAllowance) -> dict[str, Any]:
 
 def balance_json(balance: MerchantBalance) -> dict[str, Any]:
     return {"currency": balance.currency, "available": balance.available, "reserved": balance.reserved}
+
+
+# --- bulk payouts ----------------------------------------------------------------------------------
+
+
+def bulk_items(value: Any) -> Any:
+    """The ``items`` of a bulk request as the library takes them: each JSON object becomes a
+    :class:`PayoutItem` (its fields read as a single payout's body reads them, but ``merchantReference``
+    only: a bulk request is new, so its items do not take the old alias ``reference``); anything else is
+    passed on as it is, for the library to refuse, naming the item (``items``, ``items[3]``)."""
+    if not isinstance(value, list):
+        return value
+    made: list[Any] = []
+    for item in value:
+        if not isinstance(item, Mapping):
+            made.append(item)
+            continue
+        f = Fields(item)
+        made.append(
+            PayoutItem(
+                amount=f.get("amount"),
+                currency=f.get("currency"),
+                phone=f.get("phone"),
+                merchant_reference=f.get("merchant_reference"),
+                recipient_name=f.get("recipient_name"),
+                provider=f.get("provider"),
+                country=f.get("country"),
+            )
+        )
+    return made
+
+
+def item_error_json(error: ItemError) -> dict[str, Any]:
+    """A refused item's error in the API's error shape (no ``requestId``: the request has it), ``param``
+    by its wire name, and ``param`` and ``details`` only when there are some."""
+    body: dict[str, Any] = {"code": error.code, "message": error.message}
+    if error.param is not None:
+        body["param"], body["message"] = _wire_param(error.param, error.message, {})
+    if error.details is not None:
+        body["details"] = dict(error.details)
+    return body
+
+
+def batch_item_json(item: BatchItem) -> dict[str, Any]:
+    payout = item.payout
+    return {
+        "index": item.index,
+        "merchantReference": item.merchant_reference,
+        "payout": None
+        if payout is None
+        else {
+            "reference": payout.reference,
+            "status": payout.status.value,
+            "awaitingReview": payout.awaiting_review,
+        },
+        "error": None if item.error is None else item_error_json(item.error),
+    }
+
+
+def batch_json(batch: PayoutBatch) -> dict[str, Any]:
+    return {
+        "id": batch.id,
+        "mode": batch.mode.value,
+        "status": batch.status.value,
+        "createdAt": iso(batch.created_at),
+        "completedAt": None if batch.completed_at is None else iso(batch.completed_at),
+        "itemCount": batch.item_count,
+        "acceptedCount": batch.accepted,
+        "refusedCount": batch.refused,
+        "totals": [
+            {"currency": total.currency, "count": total.count, "amount": total.amount}
+            for total in batch.totals
+        ],
+        "progress": [
+            {"status": row.status.value, "currency": row.currency, "count": row.count, "amount": row.amount}
+            for row in batch.progress
+        ],
+        "items": [batch_item_json(item) for item in batch.items],
+        "hasMore": batch.has_more,
+    }
+
+
+def batch_refused(error: BatchRefusedError) -> BatchRefusedError:
+    """The refusal of an all-or-none batch as the wire says it: every refused item's error by its wire
+    names (the first one's in the message as well)."""
+    items = [
+        {
+            "index": item.index,
+            "merchantReference": item.merchant_reference,
+            "error": item_error_json(item.error),
+        }
+        for item in error.items
+        if item.error is not None
+    ]
+    first = error.items[0].error if error.items else None
+    message = error.message
+    if first is not None and first.param is not None:
+        message = _wire_param(first.param, message, {})[1]
+    return BatchRefusedError(
+        message,
+        param=error.param,
+        details={**(error.details or {}), "items": items},
+        items=error.items,
+    )
 
 
 # --- lists ----------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from paymentcore import (
+    BatchRefusedError,
     CollectionStatus,
     EventDeliveryStatus,
     IdempotencyKeyRequiredError,
@@ -50,6 +51,9 @@ from paymentcore_server._wire import (
     Query,
     allowance_json,
     balance_json,
+    batch_json,
+    batch_refused,
+    bulk_items,
     charge_json,
     collection_json,
     event_record_json,
@@ -445,17 +449,53 @@ class Api:
         )
         return Reply(201, payout_json(payout))
 
+    def disburse_bulk(self, call: Call) -> Reply:
+        """Extension: up to 1,000 payouts in one request (one Idempotency-Key, one rate-limit count)."""
+        body = call.body()
+        if call.idempotency_key is None:
+            raise IdempotencyKeyRequiredError(
+                "Payouts need an Idempotency-Key header.", param="Idempotency-Key"
+            )
+        f = call.fields(body)
+        try:
+            batch = self.core.disburse.create_bulk(
+                call.merchant_id,
+                items=bulk_items(f.get("items")),
+                mode=f.get("mode"),
+                idempotency_key=call.idempotency_key,
+            )
+        except BatchRefusedError as refused:
+            raise batch_refused(refused) from None
+        return Reply(201, batch_json(batch))
+
+    def get_bulk(self, call: Call) -> Reply:
+        q = call.query_string(("limit", "startingAfter"))
+        after = q.get("starting_after")
+        if after is not None and (not after.isascii() or not after.isdigit() or len(after) > 7):
+            raise InvalidRequestError(
+                "startingAfter must be the index of the last item of the previous page.",
+                param="startingAfter",
+            )
+        batch = self.core.disburse.get_bulk(
+            call.merchant_id,
+            call.params["id"],
+            limit=q.limit(),
+            starting_after=None if after is None else int(after),
+        )
+        return Reply(200, batch_json(batch))
+
     def get_payout(self, call: Call) -> Reply:
         return Reply(200, payout_json(self.core.disburse.get(call.merchant_id, call.params["reference"])))
 
     def list_payouts(self, call: Call) -> Reply:
-        q = call.query_string(("limit", "startingAfter", "status", "merchantReference"))
+        q = call.query_string(("limit", "startingAfter", "status", "merchantReference", "batch"))
         page = self.core.disburse.list(
             call.merchant_id,
             limit=q.limit(),
             starting_after=q.get("starting_after"),
             status=q.member("status", PayoutStatus),
             merchant_reference=q.get("merchant_reference"),
+            batch=q.get("batch"),
         )
         return Reply(200, page_json(page, payout_json))
 
@@ -605,6 +645,10 @@ class Api:
             Route("/v1/collect", e(self.list_collections, scope=collect), methods=["GET"]),
             Route("/v1/disburse", e(self.disburse, scope=disburse, transact=True), methods=["POST"]),
             Route("/v1/disburse", e(self.list_payouts, scope=disburse), methods=["GET"]),
+            Route(
+                "/v1/disburse/bulk", e(self.disburse_bulk, scope=disburse, transact=True), methods=["POST"]
+            ),
+            Route("/v1/disburse/bulk/{id}", e(self.get_bulk, scope=disburse), methods=["GET"]),
             Route("/v1/payouts", e(self.disburse, scope=disburse, transact=True), methods=["POST"]),
             Route("/v1/disburse/{reference}", e(self.get_payout, scope=disburse), methods=["GET"]),
             Route("/v1/payouts/{reference}", e(self.get_payout, scope=disburse), methods=["GET"]),

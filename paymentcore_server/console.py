@@ -43,10 +43,12 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from paymentcore import (
     AuditEntry,
+    BatchItem,
     ConsoleSession,
     Merchant,
     MerchantStatus,
     NotFoundError,
+    OperatorBatch,
     OperatorPayout,
     Page,
     PaymentCore,
@@ -694,6 +696,7 @@ class Console:
                 "Resolution": text(item.resolution),
                 "Created": moment(p.created_at),
                 "Updated": moment(item.updated_at),
+                "Batch": text(None) if item.batch_id is None else self._batch_link(item.batch_id),
             }
         )
         content = f"<div class='card'>{details}</div>"
@@ -704,6 +707,96 @@ class Console:
         )
         current = f"{PREFIX}/review" if p.awaiting_review else None
         return f"Payout {p.reference}", content, current
+
+    # --- bulk payout requests ------------------------------------------------------------------------
+
+    def _batch_link(self, batch_id: str) -> str:
+        return (
+            f"<a class='mono' id='batch' href=\"{attr(PREFIX + '/batches/' + quote(batch_id))}\">"
+            f"{text(batch_id)}</a>"
+        )
+
+    def _batch_item_row(self, item: BatchItem) -> list[str]:
+        if item.payout is not None:
+            outcome = self._status(item.payout.status) + (
+                " <span class='muted'>held for review</span>" if item.payout.awaiting_review else ""
+            )
+            return [
+                str(item.index),
+                text(item.merchant_reference),
+                self._payout_link(item.payout.reference),
+                outcome,
+            ]
+        error = item.error
+        refused = "<span class='status bad'>REFUSED</span>"
+        if error is not None:
+            refused += f" <span class='mono'>{text(error.code)}</span> {text(error.message)}"
+        return [str(item.index), text(item.merchant_reference), text(None), refused]
+
+    def _progress(self, seen: OperatorBatch) -> str:
+        """Per currency, a bar per payout status: how many of the accepted items are in it now."""
+        b = seen.batch
+        parts = []
+        for total in b.totals:
+            rows = []
+            for row in b.progress:
+                if row.currency != total.currency:
+                    continue
+                label = f"{row.status.value}: {row.count} of {total.count}"
+                bar = (
+                    f"<progress value='{row.count}' max='{max(total.count, 1)}'"
+                    f' aria-label="{attr(label)}">{row.count} of {total.count}</progress>'
+                )
+                rows.append(
+                    [
+                        self._status(row.status),
+                        bar,
+                        f"{row.count} of {total.count}",
+                        f"{self._amount(row.amount, row.currency)} {text(row.currency)}",
+                    ]
+                )
+            parts.append(
+                f"<h3>{text(total.currency)}: {total.count} payouts,"
+                f" {self._amount(total.amount, total.currency)} {text(total.currency)}</h3>"
+                + table(["Status", "Progress", "Payouts", "Amount"], rows, empty="No payout.", numeric=(3,))
+            )
+        return "".join(parts) or "<p class='muted'>No item was accepted: the batch created no payout.</p>"
+
+    def batch_page(self, who: Signed, request: Request) -> tuple[str, str, str | None]:
+        after = request.query_params.get("after")
+        if after is not None and (not after.isascii() or not after.isdigit() or len(after) > 7):
+            raise PageError("The page asked for is not a place in this batch.")
+        seen = self.core.disburse.inspect_bulk(
+            request.path_params["batch"],
+            limit=QUEUE_PAGE,
+            starting_after=None if after is None else int(after),
+        )
+        b = seen.batch
+        details = definition_list(
+            {
+                "Batch": f"<span class='mono' id='batch'>{text(b.id)}</span>",
+                "Status": f"<span class='status {'good' if b.completed_at else 'wait'}' id='batch-status'"
+                f" data-status='{b.status.value}'>{b.status.value}</span>",
+                "Merchant": self._merchant_cell(seen.merchant_id, self._names()),
+                "Mode": "all or none" if b.mode.value == "all" else "each item on its own",
+                "Items": f"{b.item_count}: {b.accepted} accepted, {b.refused} refused",
+                "Created": moment(b.created_at),
+                "Completed": text(None) if b.completed_at is None else moment(b.completed_at),
+            }
+        )
+        last = str(b.items[-1].index) if b.items else None
+        content = (
+            f"<div class='card'>{details}</div><h2>Progress</h2>{self._progress(seen)}"
+            "<h2>Items</h2><p class='muted'>In the order of the request.</p>"
+            + table(
+                ["#", "Merchant reference", "Payout", "Outcome"],
+                (self._batch_item_row(item) for item in b.items),
+                empty="No item on this page.",
+                numeric=(0,),
+            )
+            + self._more(request, b.has_more, last)
+        )
+        return f"Batch {b.id}", content, None
 
     def plan_payout(self, who: Signed, request: Request, form: Form) -> Plan:
         reference = request.path_params["reference"]
@@ -1541,6 +1634,7 @@ class Console:
             Route(f"{PREFIX}/work/{{kind}}", v(self.work_list), methods=["GET"]),
             Route(f"{PREFIX}/payouts/{{reference}}", v(self.payout_page), methods=["GET"]),
             Route(f"{PREFIX}/payouts/{{reference}}/{{verb}}", a(self.plan_payout), methods=["POST"]),
+            Route(f"{PREFIX}/batches/{{batch}}", v(self.batch_page), methods=["GET"]),
             Route(f"{PREFIX}/merchants", v(self.merchants), methods=["GET"]),
             Route(f"{PREFIX}/merchants", a(self.plan_new_merchant), methods=["POST"]),
             Route(f"{PREFIX}/merchants/{{merchant}}", v(self.merchant_page), methods=["GET"]),

@@ -33,6 +33,8 @@ __all__ = [
     "ALL_CODES",
     "AMOUNT_400",
     "API_VERSION",
+    "BATCH_EVENTS",
+    "BATCH_ID_PATTERN",
     "COLLECTION_EVENTS",
     "COLLECTION_REFERENCE_PATTERN",
     "DESCRIPTION",
@@ -79,6 +81,7 @@ TIMESTAMP_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$"
 COLLECTION_REFERENCE_PATTERN = r"^REQ-\d+-[A-Za-z0-9]+$"
 PAYOUT_REFERENCE_PATTERN = r"^PO-\d+-[A-Za-z0-9]+$"
 EVENT_ID_PATTERN = r"^evt_[A-Za-z0-9]+$"
+BATCH_ID_PATTERN = r"^bat_[A-Za-z0-9]+$"
 
 _EXTENSION = "**Extension.** "  # how an extension's description starts
 
@@ -91,6 +94,7 @@ MONEY_DESCRIPTION = (
 
 COLLECTION_EVENTS = ("collect.succeeded", "collect.failed")
 PAYOUT_EVENTS = ("disburse.sent", "disburse.succeeded", "disburse.failed")
+BATCH_EVENTS = ("disburse.bulk.completed",)  # an extension; the same name for legacy endpoints
 LEGACY_EVENT_NAMES = {  # the current name -> the name an endpoint registered for legacy names gets
     "collect.succeeded": "payment.succeeded",
     "collect.failed": "payment.failed",
@@ -115,6 +119,12 @@ _EVENT_WHEN = {
         "A payout reached FAILED (the network refused it; the money stays reserved) or REJECTED (declined "
         "in review; the money is back in the balance).",
         "FAILED or REJECTED",
+    ),
+    "disburse.bulk.completed": (
+        "**Extension.** Every accepted item of a bulk payout request (POST /v1/disburse/bulk) is final: "
+        "PAID, FAILED or REJECTED (at once for a batch that accepted nothing). Sent once per batch, after "
+        "the events of its payouts.",
+        "COMPLETED",
     ),
 }
 
@@ -375,6 +385,18 @@ def _enums() -> dict[str, Any]:
             **{"x-extension": True},
         ),
         "CollectionEventStatus": _string(enum=["SUCCESS", "FAILED"]),
+        "BatchMode": _string(
+            enum=["each", "all"],
+            description="**Extension.** `each`: every item is accepted or refused on its own; `all`: all or "
+            "none, one refused item refuses the whole batch and nothing is reserved (payroll).",
+            **{"x-extension": True},
+        ),
+        "BatchStatus": _string(
+            enum=["PROCESSING", "COMPLETED"],
+            description="**Extension.** PROCESSING while a payout of the batch is PENDING or SENT; "
+            "COMPLETED once every one is PAID, FAILED or REJECTED.",
+            **{"x-extension": True},
+        ),
         "PayoutEventName": _string(
             enum=[*PAYOUT_EVENTS, *(LEGACY_EVENT_NAMES[name] for name in PAYOUT_EVENTS)],
             description="The event's name as delivered: the legacy name for an endpoint registered for "
@@ -763,6 +785,169 @@ def _list_schemas() -> dict[str, Any]:
     }
 
 
+def _batch_schemas() -> dict[str, Any]:
+    """Bulk payouts (an extension): the request, the batch and its items."""
+    counts: dict[str, Any] = {
+        "itemCount": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 1000,
+            "description": "Items in the request.",
+        },
+        "acceptedCount": {"type": "integer", "minimum": 0, "description": "Items that created a payout."},
+        "refusedCount": {"type": "integer", "minimum": 0, "description": "Items refused (with their error)."},
+        "totals": {
+            "type": "array",
+            "items": _schema("BatchTotal"),
+            "description": "The accepted items per currency.",
+        },
+        "progress": {
+            "type": "array",
+            "items": _schema("BatchProgress"),
+            "description": "The batch's payouts now, per status and currency: every status, zeros included, "
+            "for each currency of its accepted items (ordered PENDING, SENT, PAID, FAILED, REJECTED).",
+        },
+    }
+    batch_head: dict[str, Any] = {
+        "id": _string(pattern=BATCH_ID_PATTERN, description="The batch's id."),
+        "mode": _schema("BatchMode"),
+        "status": _schema("BatchStatus"),
+        "createdAt": _timestamp(),
+        "completedAt": _nullable(
+            _timestamp(), description="When its last open payout became final; null while PROCESSING."
+        ),
+    }
+
+    def field(what: str) -> dict[str, Any]:
+        return {
+            "description": f"{what}, as in the body of POST /v1/disburse. Any value is taken: one that a "
+            "single payout refuses refuses this item only (its `error` in the answer), not the request."
+        }
+
+    return {
+        "BulkPayoutItem": _open_object(
+            {
+                "amount": field("The amount, a JSON number in the currency's units"),
+                "currency": field("The currency"),
+                "phone": field("The recipient's local number"),
+                "recipientName": field("Who is paid"),
+                "provider": field("The network code (detected from the number when not given)"),
+                "country": field("The country of the number (CM when not given)"),
+                "merchantReference": _string(
+                    minLength=1,
+                    description="Required, and unique within the batch: how the item's outcome is found "
+                    "(more than 120 characters refuses the item, as a single payout's would be). The alias "
+                    "`reference` of a single payout is not read here.",
+                ),
+            },
+            required=["merchantReference"],
+            description="**Extension.** One payout of a bulk request: the body of POST /v1/disburse, "
+            "checked the same way, but refused alone (the request goes on) when a value is not valid.",
+            **{"x-extension": True},
+        ),
+        "BulkDisburseRequest": _open_object(
+            {
+                "mode": _schema("BatchMode"),
+                "items": {
+                    "type": "array",
+                    "minItems": 1,
+                    "maxItems": 1000,
+                    "items": _schema("BulkPayoutItem"),
+                    "description": "1 to 1,000 payouts, checked in this order.",
+                },
+            },
+            required=["mode", "items"],
+            description="**Extension.** A bulk payout request.",
+            **{"x-extension": True},
+        ),
+        "ItemError": _exact_object(
+            {
+                "code": _schema("ErrorCode"),
+                "message": _string(description="Human text; free to change."),
+                "param": _string(description="The item's field at fault; absent when not about one."),
+                "details": {
+                    "type": "object",
+                    "description": "The numbers behind the message, as in the Error answer; absent when "
+                    "there are none.",
+                    "additionalProperties": True,
+                },
+            },
+            required=["code", "message"],
+            description="**Extension.** Why an item was refused: the error a single payout with this "
+            "item's body answers (without requestId).",
+            extension=True,
+        ),
+        "BatchItemPayout": _exact_object(
+            {
+                "reference": _string(pattern=PAYOUT_REFERENCE_PATTERN),
+                "status": _schema("PayoutStatus"),
+                "awaitingReview": {"type": "boolean"},
+            },
+            description="**Extension.** The payout an accepted item created (its status when read; GET "
+            "/v1/disburse/{reference} gives the whole record).",
+            extension=True,
+        ),
+        "BatchItem": _exact_object(
+            {
+                "index": {"type": "integer", "minimum": 0, "description": "The item's place in the request."},
+                "merchantReference": _string(),
+                "payout": _nullable(_schema("BatchItemPayout"), description="null when refused."),
+                "error": _nullable(_schema("ItemError"), description="null when accepted."),
+            },
+            description="**Extension.** One item of a bulk request: its payout or its error.",
+            extension=True,
+        ),
+        "BatchTotal": _exact_object(
+            {
+                "currency": _string(),
+                "count": {"type": "integer", "minimum": 0},
+                "amount": _money("The sum of the accepted items in this currency."),
+            },
+            description="**Extension.** The accepted items of a batch in one currency.",
+            extension=True,
+        ),
+        "BatchProgress": _exact_object(
+            {
+                "status": _schema("PayoutStatus"),
+                "currency": _string(),
+                "count": {"type": "integer", "minimum": 0},
+                "amount": _money("The sum of the batch's payouts in this status and currency."),
+            },
+            description="**Extension.** A batch's payouts in one status and currency.",
+            extension=True,
+        ),
+        "PayoutBatch": _exact_object(
+            {
+                **batch_head,
+                **counts,
+                "items": {
+                    "type": "array",
+                    "items": _schema("BatchItem"),
+                    "description": "In request order: every item in the answer to POST, one page of them "
+                    "from GET.",
+                },
+                "hasMore": {
+                    "type": "boolean",
+                    "description": "true when more items follow: ask again with startingAfter set to the "
+                    "last item's index.",
+                },
+            },
+            description="**Extension.** A bulk payout request: its counts, its payouts' progress and its "
+            "items.",
+            extension=True,
+        ),
+        "BatchEventData": _exact_object(
+            {
+                "reference": _string(pattern=BATCH_ID_PATTERN, description="The batch's id, as `id`."),
+                **batch_head,
+                **counts,
+            },
+            description="**Extension.** The batch (without its items), once every accepted item is final.",
+            extension=True,
+        ),
+    }
+
+
 def _event_schemas() -> dict[str, Any]:
     """The bodies the service POSTs to the merchant's webhook endpoint."""
     event_id = _string(
@@ -824,6 +1009,16 @@ def _event_schemas() -> dict[str, Any]:
             },
             description="The body of disburse.sent, disburse.succeeded and disburse.failed (and of their "
             "legacy names): the payout wrapped in `{event, data}`.",
+        ),
+        "BatchEvent": _exact_object(
+            {
+                "event": _string(const="disburse.bulk.completed"),
+                "data": _schema("BatchEventData"),
+                "eventId": event_id,
+            },
+            description="**Extension.** The body of disburse.bulk.completed: the batch wrapped in "
+            "`{event, data}`.",
+            extension=True,
         ),
     }
 
@@ -942,6 +1137,21 @@ def _parameter_components() -> dict[str, Any]:
             "merchantReference", "Only the records with this merchantReference.", _string()
         ),
         "PayoutStatusFilter": _query("status", "Only the payouts in this status.", _schema("PayoutStatus")),
+        "BatchFilter": {
+            **_query(
+                "batch",
+                "**Extension.** Only the payouts of this bulk request (its id, `bat_...`).",
+                _string(),
+            ),
+            "x-extension": True,
+        },
+        "BatchId": path("id", "A bulk payout request's id (bat_...)."),
+        "BatchItemsStartingAfter": _query(
+            "startingAfter",
+            "Start the page of items after this one: the `index` of the previous page's last item. One "
+            "that is not an item of the batch answers 400 INVALID_REQUEST with param startingAfter.",
+            {"type": "integer", "minimum": 0},
+        ),
         "CollectionStatusFilter": _query(
             "status", "Only the collections in this status.", _schema("CollectionStatus")
         ),
@@ -949,7 +1159,7 @@ def _parameter_components() -> dict[str, Any]:
         "EventTypeFilter": _query(
             "type",
             "Only the events of this type (a current name: "
-            + ", ".join(f"`{name}`" for name in _EVENT_WHEN)
+            + ", ".join(f"`{name}`" for name in (*COLLECTION_EVENTS, *PAYOUT_EVENTS))
             + ").",
             _string(),
         ),
@@ -1000,6 +1210,7 @@ def _components() -> dict[str, Any]:
             **_request_schemas(),
             **_record_schemas(),
             **_list_schemas(),
+            **_batch_schemas(),
             **_event_schemas(),
         },
         "headers": _header_components(),
@@ -1258,6 +1469,77 @@ def _disburse_paths() -> dict[str, Any]:
             legacy_of="GET /v1/account/disburse-limits/{currency}" if legacy else None,
         )
 
+    bulk = _operation(
+        "disburseBulk",
+        "Send up to 1,000 payouts in one request",
+        "disburse",
+        {
+            "201": _ok(
+                "The batch: every item in request order, with its payout (PENDING, reserved) or its error.",
+                _schema("PayoutBatch"),
+            ),
+            **_authenticated_errors(
+                forbidden=TRANSACT_403,
+                bad_request=("INVALID_REQUEST", "IDEMPOTENCY_KEY_REQUIRED", "IDEMPOTENCY_KEY_TOO_LONG"),
+                body=True,
+                idempotent=True,
+                bad_request_description="The request is malformed and refused whole, nothing done: `param` "
+                "names the field, header or item at fault (`items`, `items[1000]`, "
+                "`items[3].merchantReference` for a missing or repeated one, `mode`).",
+            ),
+            "422": {
+                **_error(
+                    "Mode `all` and an item was refused: nothing was created or reserved. "
+                    "`details.items` lists every refused item (`index`, `merchantReference`, `error`).",
+                    ("BATCH_REFUSED",),
+                ),
+                "x-extension": True,
+            },
+        },
+        description=_EXTENSION + "Needs the Disburse scope and an Idempotency-Key, which covers the whole "
+        "request; counts as one request against the key's rate limit. Each item is checked exactly as "
+        "POST /v1/disburse checks a payout (amount bounds and precision, currency, number, switches, "
+        "per-payout and rolling ceilings, balance, review threshold), in item order: the ceilings and the "
+        "balance see the items accepted before it. The batch and its payouts are written in one "
+        "transaction. With mode `each` a refused item moves nothing and the others go on; with mode `all` "
+        "one refused item refuses the batch (422). `disburse.bulk.completed` is sent once every accepted "
+        "item is final.",
+        parameters=[_ref("parameters", "IdempotencyKeyRequired")],
+        body=_body(
+            "BulkDisburseRequest",
+            {
+                "mode": "each",
+                "items": [
+                    {"amount": 2500, "currency": "XAF", "phone": "670000000", "merchantReference": "s-1"},
+                    {"amount": 1500, "currency": "XAF", "phone": "690000000", "merchantReference": "s-2"},
+                ],
+            },
+        ),
+        extension=True,
+    )
+    get_bulk = _operation(
+        "getBulkPayout",
+        "Read a bulk payout request: its progress and its items",
+        "disburse",
+        {
+            "200": _ok("The batch, with one page of its items.", _schema("PayoutBatch")),
+            **_authenticated_errors(
+                forbidden=SCOPED_403,
+                bad_request=("INVALID_REQUEST",),
+                not_found="No such batch on this account (also for another merchant's id).",
+            ),
+        },
+        description=_EXTENSION + "Needs the Disburse scope. `progress` counts and sums the batch's payouts "
+        "per status as they are now; `items` is one page of the items in request order (`limit`, default "
+        "20, at most 100; the next page starts after the item whose index is `startingAfter`). GET "
+        "/v1/disburse?batch={id} lists its payout records.",
+        parameters=[
+            _ref("parameters", "BatchId"),
+            _ref("parameters", "Limit"),
+            _ref("parameters", "BatchItemsStartingAfter"),
+        ],
+        extension=True,
+    )
     return {
         "/v1/disburse": {
             "post": create(legacy=False),
@@ -1267,11 +1549,13 @@ def _disburse_paths() -> dict[str, Any]:
                 "disburse",
                 "PayoutList",
                 description="Needs the Disburse scope. The merchant's payout records, optionally only "
-                "those in one status or with one merchantReference.",
-                filters=("PayoutStatusFilter", "MerchantReferenceFilter"),
+                "those in one status, with one merchantReference, or of one bulk request (`batch`).",
+                filters=("PayoutStatusFilter", "MerchantReferenceFilter", "BatchFilter"),
                 forbidden=SCOPED_403,
             ),
         },
+        "/v1/disburse/bulk": {"post": bulk},
+        "/v1/disburse/bulk/{id}": {"get": get_bulk},
         "/v1/payouts": {"post": create(legacy=True)},
         "/v1/disburse/{reference}": {"get": get(legacy=False)},
         "/v1/payouts/{reference}": {"get": get(legacy=True)},
@@ -1604,6 +1888,34 @@ def _camel(event_name: str) -> str:
 
 
 def _event_example(current: str, delivered: str) -> dict[str, Any]:
+    if current in BATCH_EVENTS:
+        progress = [
+            {"status": status, "currency": "XAF", "count": count, "amount": amount}
+            for status, count, amount in (
+                ("PENDING", 0, 0),
+                ("SENT", 0, 0),
+                ("PAID", 2, 4000),
+                ("FAILED", 1, 1500),
+                ("REJECTED", 0, 0),
+            )
+        ]
+        return {
+            "event": delivered,
+            "data": {
+                "reference": "bat_5d0c2b7f1e9a4c3b8d6e0f12",
+                "id": "bat_5d0c2b7f1e9a4c3b8d6e0f12",
+                "mode": "each",
+                "status": "COMPLETED",
+                "createdAt": "2026-11-23T17:07:11.374Z",
+                "completedAt": "2026-11-23T17:07:14.902Z",
+                "itemCount": 4,
+                "acceptedCount": 3,
+                "refusedCount": 1,
+                "totals": [{"currency": "XAF", "count": 3, "amount": 5500}],
+                "progress": progress,
+            },
+            "eventId": "evt_0b9e8c6d4a2f1e3c5b7d9a1f",
+        }
     if current in COLLECTION_EVENTS:
         paid = current == "collect.succeeded"
         return {
@@ -1642,10 +1954,16 @@ def _event_example(current: str, delivered: str) -> dict[str, Any]:
 def _webhook(current: str, delivered: str) -> dict[str, Any]:
     """What the service POSTs for one event name: the body and its four headers."""
     collection = current in COLLECTION_EVENTS
+    batch = current in BATCH_EVENTS
     when, status = _EVENT_WHEN[current]
     legacy = delivered != current
     if collection:
         shape = f"The flat CollectionEvent body, `status` {status}."
+    elif batch:
+        shape = (
+            "The BatchEvent body, `{event, data}` with `data.status` COMPLETED; an endpoint registered for "
+            "legacy names receives it under this same name."
+        )
     else:
         shape = (
             f'The PayoutEvent body, `{{event, data}}` with `event` "{delivered}" and `data.status` {status}.'
@@ -1678,7 +1996,7 @@ def _webhook(current: str, delivered: str) -> dict[str, Any]:
             "required": True,
             "description": "JSON; verify the signature over these raw bytes before parsing them.",
             "content": _json_content(
-                _schema("CollectionEvent" if collection else "PayoutEvent"),
+                _schema("CollectionEvent" if collection else "BatchEvent" if batch else "PayoutEvent"),
                 _event_example(current, delivered),
             ),
         },
@@ -1695,6 +2013,8 @@ def _webhook(current: str, delivered: str) -> dict[str, Any]:
     }
     if legacy:
         operation["deprecated"] = True
+    if batch:
+        operation["x-extension"] = True
     return {"post": operation}
 
 
@@ -1704,6 +2024,7 @@ def _webhooks() -> dict[str, Any]:
     return {
         **{name: _webhook(name, name) for name in current},
         **{LEGACY_EVENT_NAMES[name]: _webhook(name, LEGACY_EVENT_NAMES[name]) for name in current},
+        **{name: _webhook(name, name) for name in BATCH_EVENTS},
     }
 
 

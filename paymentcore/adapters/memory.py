@@ -20,6 +20,7 @@ from paymentcore._audit import StoredAuditEntry, StoredOperator, StoredSession
 from paymentcore._models import (
     ApiKey,
     Balance,
+    BatchTally,
     Collection,
     CollectionStatus,
     Delivery,
@@ -29,12 +30,14 @@ from paymentcore._models import (
     LedgerEntry,
     Merchant,
     Payout,
+    PayoutBatch,
     PayoutLimits,
     PayoutStatus,
     Settings,
     WebhookEndpoint,
 )
 from paymentcore._queries import (
+    BATCH_OPEN_STATUSES,
     collection_due_order,
     collection_due_since,
     collection_is_due,
@@ -45,9 +48,8 @@ from paymentcore._queries import (
     event_is_due,
     event_lane,
     in_turns,
-    payout_due_order,
     payout_is_due,
-    payout_lane,
+    payouts_in_due_order,
 )
 from paymentcore.ports import CurrencyTotal, StoreUnavailableError, Tally
 
@@ -333,15 +335,15 @@ class _Payouts(_Repository):
     def add(self, payout: Payout) -> None:
         self._t.insert("payouts", payout.reference, payout)
 
+    def add_many(self, payouts: builtins.list[Payout]) -> None:
+        for payout in payouts:
+            self.add(payout)
+
     def update(self, payout: Payout) -> None:
         self._t.update("payouts", payout.reference, payout)
 
-    def due(self, now: int, limit: int, *, per_lane: int | None = None) -> list[Payout]:
-        due = [p for p in self._t.values("payouts") if payout_is_due(p, now)]
-        due.sort(key=payout_due_order)
-        if per_lane is not None:
-            due = in_turns(due, payout_lane, per_lane)
-        return due[:limit]
+    def due(self, now: int, limit: int) -> list[Payout]:
+        return payouts_in_due_order(p for p in self._t.values("payouts") if payout_is_due(p, now))[:limit]
 
     def count_due(self, now: int) -> int:
         return sum(1 for p in self._t.values("payouts") if payout_is_due(p, now))
@@ -410,6 +412,7 @@ class _Payouts(_Repository):
         after: str | None = None,
         status: PayoutStatus | None = None,
         merchant_reference: str | None = None,
+        batch_id: str | None = None,
     ) -> list[Payout] | None:
         return _page(
             (p for p in self._t.in_order("payouts") if p.merchant_id == merchant_id),
@@ -417,9 +420,34 @@ class _Payouts(_Repository):
             created_at=lambda p: p.created_at,
             after=after,
             keep=lambda p: (status is None or p.status is status)
-            and (merchant_reference is None or p.merchant_reference == merchant_reference),
+            and (merchant_reference is None or p.merchant_reference == merchant_reference)
+            and (batch_id is None or p.batch_id == batch_id),
             limit=limit,
         )
+
+    def _batch(self, batch_id: str) -> builtins.list[Payout]:
+        found = [p for p in self._t.values("payouts") if p.batch_id == batch_id]
+        found.sort(key=lambda p: p.batch_index or 0)
+        return found
+
+    def in_batch(self, batch_id: str, *, after: int | None, limit: int) -> builtins.list[Payout]:
+        return [p for p in self._batch(batch_id) if after is None or (p.batch_index or 0) > after][:limit]
+
+    def batch_tally(self, batch_id: str) -> builtins.list[BatchTally]:
+        sums: dict[tuple[PayoutStatus, str], tuple[int, int]] = {}
+        for p in self._batch(batch_id):
+            count, amount = sums.get((p.status, p.currency), (0, 0))
+            sums[(p.status, p.currency)] = (count + 1, amount + p.amount)
+        order = builtins.list(PayoutStatus)
+        return [
+            BatchTally(status, currency, count, amount)
+            for (status, currency), (count, amount) in sorted(
+                sums.items(), key=lambda item: (order.index(item[0][0]), item[0][1])
+            )
+        ]
+
+    def batch_open(self, batch_id: str) -> int:
+        return sum(1 for p in self._batch(batch_id) if p.status in BATCH_OPEN_STATUSES)
 
     def queue(
         self,
@@ -454,6 +482,18 @@ class _Payouts(_Repository):
             )
         ]
         return kept[:limit]
+
+
+class _Batches(_Repository):
+    def add(self, batch: PayoutBatch) -> None:
+        self._t.insert("batches", batch.id, attrs.evolve(batch, refusals=copy.deepcopy(batch.refusals)))
+
+    def get(self, batch_id: str) -> PayoutBatch | None:
+        batch: PayoutBatch | None = self._t.get("batches", batch_id)
+        return batch
+
+    def update(self, batch: PayoutBatch) -> None:
+        self._t.update("batches", batch.id, batch)
 
 
 # --- the ledger ------------------------------------------------------------------------------------
@@ -504,6 +544,10 @@ class _Ledger(_Repository):
 
     def append(self, entry: LedgerEntry) -> None:
         self._t.insert("entries", entry.id, entry)
+
+    def append_many(self, entries: list[LedgerEntry]) -> None:
+        for entry in entries:
+            self.append(entry)
 
     def entries(self, merchant_id: str, currency: str) -> list[LedgerEntry]:
         entries = [
@@ -770,6 +814,7 @@ class MemoryTransaction:
         self.limits = _Limits(self._tables)
         self.collections = _Collections(self._tables)
         self.payouts = _Payouts(self._tables)
+        self.batches = _Batches(self._tables)
         self.ledger = _Ledger(self._tables)
         self.webhooks = _Webhooks(self._tables)
         self.outbox = _Outbox(self._tables)

@@ -45,6 +45,7 @@ from paymentcore._audit import StoredAuditEntry, StoredOperator, StoredSession
 from paymentcore._models import (
     ApiKey,
     Balance,
+    BatchTally,
     Collection,
     CollectionStatus,
     Delivery,
@@ -55,12 +56,14 @@ from paymentcore._models import (
     LedgerLeg,
     Merchant,
     Payout,
+    PayoutBatch,
     PayoutLimits,
     PayoutStatus,
     Settings,
     WebhookEndpoint,
 )
 from paymentcore._queries import (
+    BATCH_OPEN_STATUSES,
     COLLECTION_CHECK_STATUSES,
     COLLECTION_EXPIRY_STATUSES,
     EVENT_DUE_STATUSES,
@@ -453,6 +456,27 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE audit_log ENABLE ALWAYS TRIGGER audit_append_only;
     ALTER TABLE audit_log ENABLE ALWAYS TRIGGER audit_append_only_truncate;
     """,
+    # 9: bulk payouts (issue 28): the batches (a refused item's error kept in `refusals`, JSON), and
+    # each payout of a batch carries its id and its item's place
+    _text(
+        """
+    CREATE TABLE payout_batches (
+        id TEXT PRIMARY KEY,
+        merchant_id TEXT NOT NULL,
+        mode TEXT NOT NULL,
+        item_count INTEGER NOT NULL CHECK (item_count > 0),
+        created_at BIGINT NOT NULL,
+        refusals TEXT NOT NULL,
+        completed_at BIGINT,
+        seq BIGINT GENERATED ALWAYS AS IDENTITY
+    );
+    CREATE INDEX payout_batches_by_merchant ON payout_batches (merchant_id, created_at);
+    ALTER TABLE payouts ADD COLUMN batch_id TEXT;
+    ALTER TABLE payouts ADD COLUMN batch_index INTEGER;
+    CREATE UNIQUE INDEX payouts_by_batch ON payouts (batch_id, batch_index) WHERE batch_id IS NOT NULL;
+    CREATE INDEX payouts_batch_status ON payouts (batch_id, status) WHERE batch_id IS NOT NULL;
+    """
+    ),
 )
 
 _SPENT = sql_in("status", SPENT_STATUSES)
@@ -463,6 +487,7 @@ _DUE_PAYOUT = (
 _CHECK_COLLECTION = sql_in("status", COLLECTION_CHECK_STATUSES)
 _EXPIRE_COLLECTION = sql_in("status", COLLECTION_EXPIRY_STATUSES)
 _DUE_EVENT = sql_in("status", EVENT_DUE_STATUSES)
+_BATCH_OPEN = sql_in("status", BATCH_OPEN_STATUSES)
 
 
 def _lock_key(*parts: str) -> int:
@@ -569,6 +594,7 @@ _KEYS = _Codec.of(ApiKey, "api_keys", ("id",))
 _LIMITS = _Codec.of(PayoutLimits, "payout_limits", ("merchant_id", "currency"))
 _COLLECTIONS = _Codec.of(Collection, "collections", ("reference",))
 _PAYOUTS = _Codec.of(Payout, "payouts", ("reference",))
+_BATCHES = _Codec.of(PayoutBatch, "payout_batches", ("id",))
 _BALANCES = _Codec.of(Balance, "balances", ("merchant_id", "currency"))
 _ENTRIES = _Codec.of(LedgerEntry, "ledger_entries", ("id",))
 _WEBHOOKS = _Codec.of(WebhookEndpoint, "webhooks", ("merchant_id",))
@@ -595,10 +621,13 @@ class _Rows:
         self._holds_write_lock = False
         self.rate_keys: set[str] = set()
 
-    def locked(self, sql: str, params: Any = None) -> psycopg.Cursor[Any]:
+    def _hold(self) -> None:
         if self.writable and not self._holds_write_lock:
             self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._write_lock,))
             self._holds_write_lock = True
+
+    def locked(self, sql: str, params: Any = None) -> psycopg.Cursor[Any]:
+        self._hold()
         return self.conn.execute(sql, params)
 
     def unlocked(self, sql: str, params: Any = None) -> psycopg.Cursor[Any]:
@@ -627,6 +656,14 @@ class _Rows:
 
     def insert(self, codec: _Codec, record: Any) -> None:
         self.write(codec.insert_sql, codec.values(record))
+
+    def insert_many(self, codec: _Codec, records: list[Any]) -> None:
+        """Every record in one round of statements (psycopg sends them in a pipeline)."""
+        if not self.writable:
+            raise RuntimeError("write through a read-only transaction")
+        self._hold()
+        with self.conn.cursor() as cursor:
+            cursor.executemany(codec.insert_sql, [codec.values(record) for record in records])
 
     def update(self, codec: _Codec, record: Any) -> None:
         cursor = self.write(codec.update_sql, codec.update_values(record))
@@ -853,22 +890,27 @@ class _Payouts(_Repository):
     def add(self, payout: Payout) -> None:
         self._rows.insert(_PAYOUTS, payout)
 
+    def add_many(self, payouts: builtins.list[Payout]) -> None:
+        self._rows.insert_many(_PAYOUTS, payouts)
+
     def update(self, payout: Payout) -> None:
         self._rows.update(_PAYOUTS, payout)
 
-    def due(self, now: int, limit: int, *, per_lane: int | None = None) -> list[Payout]:
-        # _queries.payout_is_due, in _queries.payout_due_order
-        due = f"next_check_at IS NOT NULL AND next_check_at <= %(now)s AND {_DUE_PAYOUT}"
-        order = "next_check_at, payouts.reference"
-        if per_lane is not None:  # _queries.in_turns over _queries.payout_lane
-            return self._rows.many(
-                _PAYOUTS,
-                _in_turns("payouts", "reference", "provider", due, order),
-                {"now": now, "per_lane": per_lane, "limit": limit},
-            )
-        return self._rows.many(
-            _PAYOUTS, f"WHERE {due} ORDER BY {order} LIMIT %(limit)s", {"now": now, "limit": limit}
-        )
+    def due(self, now: int, limit: int) -> list[Payout]:
+        # _queries.payout_is_due, in _queries.payouts_in_due_order: each merchant's payouts numbered in
+        # their own order (next_check_at, reference), then every merchant's first, every second, ...;
+        # numbered on the narrow rows, and only the `limit` chosen are read whole
+        names = ", ".join(f"p.{column}" for column in _PAYOUTS.columns)
+        rows = self._rows.locked(
+            f"SELECT {names} FROM (SELECT reference, next_check_at, row_number() OVER"
+            " (PARTITION BY merchant_id ORDER BY next_check_at, reference) AS turn FROM payouts"
+            f" WHERE next_check_at IS NOT NULL AND next_check_at <= %s AND {_DUE_PAYOUT}"
+            " ORDER BY turn, next_check_at, reference LIMIT %s) AS due"
+            " JOIN payouts AS p ON p.reference = due.reference"
+            " ORDER BY due.turn, due.next_check_at, due.reference",
+            (now, limit),
+        ).fetchall()
+        return [_PAYOUTS.decode(row) for row in rows]
 
     def count_due(self, now: int) -> int:
         return self._rows.scalar(
@@ -936,15 +978,43 @@ class _Payouts(_Repository):
         after: str | None = None,
         status: PayoutStatus | None = None,
         merchant_reference: str | None = None,
+        batch_id: str | None = None,
     ) -> list[Payout] | None:
+        filters = _record_filters(status, merchant_reference)
+        if batch_id is not None:
+            filters.append(("batch_id = %s", (batch_id,)))
         return self._rows.page(
             _PAYOUTS,
             scope={"merchant_id": merchant_id},
             key="reference",
             after=after,
-            filters=_record_filters(status, merchant_reference),
+            filters=filters,
             limit=limit,
         )
+
+    def in_batch(self, batch_id: str, *, after: int | None, limit: int) -> builtins.list[Payout]:
+        return self._rows.many(
+            _PAYOUTS,
+            "WHERE batch_id = %s AND batch_index > %s ORDER BY batch_index LIMIT %s",
+            (batch_id, -1 if after is None else after, limit),
+        )
+
+    def batch_tally(self, batch_id: str) -> builtins.list[BatchTally]:
+        rows = self._rows.locked(
+            "SELECT status, currency, count(*), sum(amount) FROM payouts WHERE batch_id = %s"
+            " GROUP BY status, currency",
+            (batch_id,),
+        ).fetchall()
+        return [
+            BatchTally(PayoutStatus(status), currency, int(count), int(total))
+            for status, currency, count, total in rows
+        ]
+
+    def batch_open(self, batch_id: str) -> int:
+        return self._rows.scalar(
+            f"SELECT count(*) FROM payouts WHERE batch_id = %s AND {_BATCH_OPEN}", (batch_id,)
+        )
+
 
     def queue(
         self,
@@ -1042,6 +1112,18 @@ def _queue(
     return rows.many(codec, f"{condition}ORDER BY created_at, seq LIMIT %s", (*params, limit))
 
 
+class _Batches(_Repository):
+    def add(self, batch: PayoutBatch) -> None:
+        self._rows.insert(_BATCHES, batch)
+
+    def get(self, batch_id: str) -> PayoutBatch | None:
+        batch: PayoutBatch | None = self._rows.one(_BATCHES, "id = %s", (batch_id,), for_update=True)
+        return batch
+
+    def update(self, batch: PayoutBatch) -> None:
+        self._rows.update(_BATCHES, batch)
+
+
 def _record_filters(
     status: enum.Enum | None, merchant_reference: str | None
 ) -> list[tuple[str, tuple[Any, ...]]]:
@@ -1113,6 +1195,9 @@ class _Ledger(_Repository):
 
     def append(self, entry: LedgerEntry) -> None:
         self._rows.insert(_ENTRIES, entry)
+
+    def append_many(self, entries: list[LedgerEntry]) -> None:
+        self._rows.insert_many(_ENTRIES, entries)
 
     def entries(self, merchant_id: str, currency: str) -> list[LedgerEntry]:
         return self._rows.many(
@@ -1401,6 +1486,7 @@ class PostgresTransaction:
         self.limits = _Limits(rows)
         self.collections = _Collections(rows)
         self.payouts = _Payouts(rows)
+        self.batches = _Batches(rows)
         self.ledger = _Ledger(rows)
         self.webhooks = _Webhooks(rows)
         self.outbox = _Outbox(rows)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import builtins
 import enum
 import json
+import operator
 import os
 import sqlite3
 import threading
@@ -36,6 +37,7 @@ from paymentcore._audit import StoredAuditEntry, StoredOperator, StoredSession
 from paymentcore._models import (
     ApiKey,
     Balance,
+    BatchTally,
     Collection,
     CollectionStatus,
     Delivery,
@@ -46,12 +48,14 @@ from paymentcore._models import (
     LedgerLeg,
     Merchant,
     Payout,
+    PayoutBatch,
     PayoutLimits,
     PayoutStatus,
     Settings,
     WebhookEndpoint,
 )
 from paymentcore._queries import (
+    BATCH_OPEN_STATUSES,
     COLLECTION_CHECK_STATUSES,
     COLLECTION_EXPIRY_STATUSES,
     EVENT_DUE_STATUSES,
@@ -225,6 +229,7 @@ _DUE_PAYOUT = (
 _CHECK_COLLECTION = sql_in("status", COLLECTION_CHECK_STATUSES)
 _EXPIRE_COLLECTION = sql_in("status", COLLECTION_EXPIRY_STATUSES)
 _DUE_EVENT = sql_in("status", EVENT_DUE_STATUSES)
+_BATCH_OPEN = sql_in("status", BATCH_OPEN_STATUSES)
 
 
 MIGRATIONS: tuple[str, ...] = (
@@ -479,6 +484,25 @@ MIGRATIONS: tuple[str, ...] = (
         WHEN EXISTS (SELECT 1 FROM audit_log WHERE id = new.id OR rowid = new.rowid)
         BEGIN SELECT RAISE(ABORT, 'the audit trail is append-only'); END;
     """,
+    # 9: bulk payouts (issue 28): the batches (a refused item's error is kept in `refusals`, JSON), and
+    # each payout of a batch carries its id and its item's place; the indexes read a batch's payouts in
+    # request order and count those still open (both only over payouts of a batch)
+    """
+    CREATE TABLE payout_batches (
+        id TEXT PRIMARY KEY,
+        merchant_id TEXT NOT NULL,
+        mode TEXT NOT NULL,
+        item_count INTEGER NOT NULL CHECK (item_count > 0),
+        created_at INTEGER NOT NULL,
+        refusals TEXT NOT NULL,
+        completed_at INTEGER
+    );
+    CREATE INDEX payout_batches_by_merchant ON payout_batches (merchant_id, created_at);
+    ALTER TABLE payouts ADD COLUMN batch_id TEXT;
+    ALTER TABLE payouts ADD COLUMN batch_index INTEGER;
+    CREATE UNIQUE INDEX payouts_by_batch ON payouts (batch_id, batch_index) WHERE batch_id IS NOT NULL;
+    CREATE INDEX payouts_batch_status ON payouts (batch_id, status) WHERE batch_id IS NOT NULL;
+    """,
 )
 
 
@@ -524,6 +548,9 @@ def _load_data(text: str) -> Any:
     return json.loads(text, parse_float=Decimal, parse_int=Decimal)
 
 
+_STORED_AS_IS = (str, int, str | None, int | None)  # column types that need no _encode
+
+
 @attrs.frozen
 class _Codec:
     cls: type[Any]
@@ -535,6 +562,11 @@ class _Codec:
     upsert_sql: str
     update_sql: str
     select_sql: str
+    # every column's value in one call, and the places of the columns that _encode must convert (an
+    # insert of many rows spends its time here otherwise)
+    getter: Any = None
+    encoded: tuple[int, ...] = ()
+    update_order: tuple[int, ...] = ()
 
     @classmethod
     def of(cls, record: type[Any], table: str, keys: tuple[str, ...]) -> _Codec:
@@ -551,6 +583,11 @@ class _Codec:
             keys=keys,
             columns=columns,
             decoders=decoders,
+            getter=operator.attrgetter(*columns),
+            encoded=tuple(i for i, c in enumerate(columns) if hints[c] not in _STORED_AS_IS),
+            update_order=tuple(
+                [i for i, c in enumerate(columns) if c not in keys] + [columns.index(k) for k in keys]
+            ),
             insert_sql=f"INSERT INTO {table} ({names}) VALUES ({marks})",
             upsert_sql=(
                 f"INSERT INTO {table} ({names}) VALUES ({marks}) "
@@ -562,11 +599,14 @@ class _Codec:
         )
 
     def values(self, record: Any) -> list[Any]:
-        return [_encode(getattr(record, c)) for c in self.columns]
+        row = list(self.getter(record))
+        for place in self.encoded:
+            row[place] = _encode(row[place])
+        return row
 
     def update_values(self, record: Any) -> list[Any]:
-        others = [_encode(getattr(record, c)) for c in self.columns if c not in self.keys]
-        return others + [_encode(getattr(record, k)) for k in self.keys]
+        row = self.values(record)
+        return [row[place] for place in self.update_order]
 
     def decode(self, row: tuple[Any, ...]) -> Any:
         return self.cls(*(d(v) for d, v in zip(self.decoders, row, strict=True)))
@@ -578,6 +618,7 @@ _KEYS = _Codec.of(ApiKey, "api_keys", ("id",))
 _LIMITS = _Codec.of(PayoutLimits, "payout_limits", ("merchant_id", "currency"))
 _COLLECTIONS = _Codec.of(Collection, "collections", ("reference",))
 _PAYOUTS = _Codec.of(Payout, "payouts", ("reference",))
+_BATCHES = _Codec.of(PayoutBatch, "payout_batches", ("id",))
 _BALANCES = _Codec.of(Balance, "balances", ("merchant_id", "currency"))
 _ENTRIES = _Codec.of(LedgerEntry, "ledger_entries", ("id",))
 _WEBHOOKS = _Codec.of(WebhookEndpoint, "webhooks", ("merchant_id",))
@@ -607,6 +648,9 @@ class _Rows:
 
     def insert(self, codec: _Codec, record: Any) -> None:
         self.conn.execute(codec.insert_sql, codec.values(record))
+
+    def insert_many(self, codec: _Codec, records: Iterable[Any]) -> None:
+        self.conn.executemany(codec.insert_sql, [codec.values(record) for record in records])
 
     def update(self, codec: _Codec, record: Any) -> None:
         cursor = self.conn.execute(codec.update_sql, codec.update_values(record))
@@ -838,18 +882,27 @@ class _Payouts(_Repository):
     def add(self, payout: Payout) -> None:
         self._rows.insert(_PAYOUTS, payout)
 
+    def add_many(self, payouts: builtins.list[Payout]) -> None:
+        self._rows.insert_many(_PAYOUTS, payouts)
+
     def update(self, payout: Payout) -> None:
         self._rows.update(_PAYOUTS, payout)
 
-    def due(self, now: int, limit: int, *, per_lane: int | None = None) -> list[Payout]:
-        # _queries.payout_is_due, in _queries.payout_due_order
-        due = f"next_check_at IS NOT NULL AND next_check_at <= ? AND {_DUE_PAYOUT}"
-        order = "next_check_at, reference"
-        if per_lane is not None:  # _queries.in_turns over _queries.payout_lane
-            return self._rows.many(
-                _PAYOUTS, _in_turns("payouts", "reference", "provider", due, order), (now, per_lane, limit)
-            )
-        return self._rows.many(_PAYOUTS, f"WHERE {due} ORDER BY {order} LIMIT ?", (now, limit))
+    def due(self, now: int, limit: int) -> list[Payout]:
+        # _queries.payout_is_due, in _queries.payouts_in_due_order: each merchant's payouts numbered in
+        # their own order (next_check_at, reference), then every merchant's first, every second, ...;
+        # numbered on the narrow rows, and only the `limit` chosen are read whole
+        names = ", ".join(f"p.{column}" for column in _PAYOUTS.columns)
+        rows = self._rows.conn.execute(
+            f"SELECT {names} FROM (SELECT reference, next_check_at, row_number() OVER"
+            " (PARTITION BY merchant_id ORDER BY next_check_at, reference) AS turn FROM payouts"
+            f" WHERE next_check_at IS NOT NULL AND next_check_at <= ? AND {_DUE_PAYOUT}"
+            " ORDER BY turn, next_check_at, reference LIMIT ?) AS due"
+            " JOIN payouts AS p ON p.reference = due.reference"
+            " ORDER BY due.turn, due.next_check_at, due.reference",
+            (now, limit),
+        )
+        return [_PAYOUTS.decode(row) for row in rows]
 
     def count_due(self, now: int) -> int:
         row = self._rows.conn.execute(
@@ -920,15 +973,44 @@ class _Payouts(_Repository):
         after: str | None = None,
         status: PayoutStatus | None = None,
         merchant_reference: str | None = None,
+        batch_id: str | None = None,
     ) -> list[Payout] | None:
+        filters = _record_filters(status, merchant_reference)
+        if batch_id is not None:
+            filters.append(("batch_id = ?", (batch_id,)))
         return self._rows.page(
             _PAYOUTS,
             scope={"merchant_id": merchant_id},
             key="reference",
             after=after,
-            filters=_record_filters(status, merchant_reference),
+            filters=filters,
             limit=limit,
         )
+
+    def in_batch(self, batch_id: str, *, after: int | None, limit: int) -> builtins.list[Payout]:
+        return self._rows.many(
+            _PAYOUTS,
+            "WHERE batch_id = ? AND batch_index > ? ORDER BY batch_index LIMIT ?",
+            (batch_id, -1 if after is None else after, limit),
+        )
+
+    def batch_tally(self, batch_id: str) -> builtins.list[BatchTally]:
+        rows = self._rows.conn.execute(
+            "SELECT status, currency, count(*), sum(amount) FROM payouts WHERE batch_id = ?"
+            " GROUP BY status, currency",
+            (batch_id,),
+        )
+        return [
+            BatchTally(PayoutStatus(status), currency, int(count), int(total))
+            for status, currency, count, total in rows
+        ]
+
+    def batch_open(self, batch_id: str) -> int:
+        row = self._rows.conn.execute(
+            f"SELECT count(*) FROM payouts WHERE batch_id = ? AND {_BATCH_OPEN}", (batch_id,)
+        ).fetchone()
+        return int(row[0])
+
 
     def queue(
         self,
@@ -1028,6 +1110,18 @@ def _queue(
     return rows.many(codec, f"{condition}ORDER BY created_at, rowid LIMIT ?", (*params, limit))
 
 
+class _Batches(_Repository):
+    def add(self, batch: PayoutBatch) -> None:
+        self._rows.insert(_BATCHES, batch)
+
+    def get(self, batch_id: str) -> PayoutBatch | None:
+        batch: PayoutBatch | None = self._rows.one(_BATCHES, "id = ?", (batch_id,))
+        return batch
+
+    def update(self, batch: PayoutBatch) -> None:
+        self._rows.update(_BATCHES, batch)
+
+
 def _record_filters(
     status: enum.Enum | None, merchant_reference: str | None
 ) -> list[tuple[str, tuple[Any, ...]]]:
@@ -1091,6 +1185,9 @@ class _Ledger(_Repository):
 
     def append(self, entry: LedgerEntry) -> None:
         self._rows.insert(_ENTRIES, entry)
+
+    def append_many(self, entries: list[LedgerEntry]) -> None:
+        self._rows.insert_many(_ENTRIES, entries)
 
     def entries(self, merchant_id: str, currency: str) -> list[LedgerEntry]:
         return self._rows.many(
@@ -1361,6 +1458,7 @@ class SqliteTransaction:
         self.limits = _Limits(rows)
         self.collections = _Collections(rows)
         self.payouts = _Payouts(rows)
+        self.batches = _Batches(rows)
         self.ledger = _Ledger(rows)
         self.webhooks = _Webhooks(rows)
         self.outbox = _Outbox(rows)

@@ -498,3 +498,50 @@ def wait_for(condition: Any, what: str, timeout: float = 20) -> None:
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting until {what}"
         time.sleep(0.1)
+
+
+@pytest.mark.slow
+def test_bulk_payouts_example(demo_server: tuple[str, str, str]) -> None:
+    base_url, collect_key, disburse_key = demo_server
+    hooks = Hooks()
+    try:
+        registered = httpx.put(
+            f"{base_url}/v1/webhook",
+            json={"url": hooks.url},
+            headers={"Authorization": f"Bearer {collect_key}"},
+        )
+        secret = registered.json()["signingSecret"]
+        result = run_example(
+            str(EXAMPLES / "bulk_payouts.py"), "--base-url", base_url,
+            "--collect-key", collect_key, "--disburse-key", disburse_key, timeout=120,
+        )  # fmt: skip
+        out = result.stdout
+        assert result.returncode == 0, out + result.stderr
+        settlement = re.search(r"^settlement (bat_\w+): 3 accepted, 2 refused$", out, re.M)
+        assert settlement, out
+        assert re.search(r"^  2 seller-\w+-2: refused PHONE_NOT_RECOGNISED ", out, re.M), out
+        assert re.search(r"^  3 seller-\w+-3: refused AMOUNT_PRECISION ", out, re.M), out
+        assert re.search(r"^payroll: 422 BATCH_REFUSED: 1 of 3 items were refused", out, re.M), out
+        assert re.search(r"^  refused 2 pay-\w+-2: INSUFFICIENT_BALANCE$", out, re.M), out
+        payroll = re.search(r"^payroll (bat_\w+): 3 accepted", out, re.M)
+        assert payroll, out
+        assert "payroll payouts: ['PAID', 'PAID', 'PAID']" in out
+        assert re.search(rf"^{settlement.group(1)}: COMPLETED, PAID 2, FAILED 1; ", out, re.M), out
+        assert re.search(rf"^{payroll.group(1)}: COMPLETED, PAID 3; ", out, re.M), out
+        # each batch's disburse.bulk.completed reaches the endpoint, signed, once
+        wait_for(
+            lambda: (
+                len([h for h, _ in hooks.received if h["x-service-event"] == "disburse.bulk.completed"]) == 2
+            ),
+            "both completion events arrive",
+        )
+        for headers, body in hooks.received:
+            verify_webhook(secret, headers, body)
+        completed = [
+            json.loads(body)["data"]["id"]
+            for headers, body in hooks.received
+            if headers["x-service-event"] == "disburse.bulk.completed"
+        ]
+        assert sorted(completed) == sorted([settlement.group(1), payroll.group(1)])
+    finally:
+        hooks.close()

@@ -84,6 +84,8 @@ RECORDS_ROUTES = {
     ("/v1/events/{id}", "GET"),
     ("/v1/events/{id}/resend", "POST"),
 }
+# Issue 28's bulk payouts (extensions).
+BULK_ROUTES = {("/v1/disburse/bulk", "POST"), ("/v1/disburse/bulk/{id}", "GET")}
 
 
 @attrs.define
@@ -247,8 +249,9 @@ def test_operation_ids_are_unique_and_extensions_are_marked() -> None:
         ("/checkout-assets/page.js", "GET"),
         ("/checkout-assets/icon.svg", "GET"),
         *RECORDS_ROUTES,
+        *BULK_ROUTES,
     }
-    for path, method in RECORDS_ROUTES:
+    for path, method in RECORDS_ROUTES | BULK_ROUTES:
         assert document["paths"][path][method.lower()]["description"].startswith("**Extension.**")
     assert document["components"]["responses"]["IdempotencyKeyReused"]["x-extension"] is True
     legacy = {

@@ -67,7 +67,9 @@ def test_quick_run_passes_its_gate(tmp_path: Path) -> None:
         assert f"{label}: every payout stored once" in names
         assert f"{label}: balances conserved" in names
         assert f"{label}: ledger invariant" in names
-    assert {"http", "inprocess", "growth", "memory"} <= report.keys()
+    assert {"http", "inprocess", "growth", "bulk", "memory"} <= report.keys()
+    assert {"bulk: every accepted payout stored once", "bulk: ledger invariant"} <= names
+    assert report["bulk"]["accepted"]["bulk"] == report["bulk"]["accepted"]["bulk_items"]
     assert any(row["target"] == "disburse-FULL" for row in report["http"]["summary"])
     assert report["targets"]  # evaluated and reported, whatever they say
     check_postgres_rounds(report)

@@ -150,7 +150,7 @@ def test_the_two_sql_engines_number_the_console_migration_alike() -> None:
     (postgres_number,) = [
         i for i, script in enumerate(POSTGRES_MIGRATIONS, 1) if "CREATE TABLE audit_log" in script
     ]
-    assert sqlite_number == postgres_number == 6
+    assert sqlite_number == postgres_number == 6  # later migrations come after it (7: bulk payouts)
     assert len(MIGRATIONS) == len(POSTGRES_MIGRATIONS)
 
 

@@ -26,6 +26,8 @@ from paymentcore._models import (
     PAYOUT_TRANSITIONS,
     ApiKey,
     Balance,
+    BatchMode,
+    BatchTally,
     Collection,
     CollectionKind,
     CollectionStatus,
@@ -38,6 +40,7 @@ from paymentcore._models import (
     Merchant,
     MerchantStatus,
     Payout,
+    PayoutBatch,
     PayoutLimits,
     PayoutStatus,
     Resolution,
@@ -52,8 +55,8 @@ from paymentcore._queries import (
     collection_is_due,
     counts_as_spent,
     event_is_due,
-    payout_due_order,
     payout_is_due,
+    payouts_in_due_order,
 )
 from paymentcore.adapters.memory import MemoryStore
 from paymentcore.adapters.sqlite import MIGRATIONS, SqliteStore
@@ -167,6 +170,8 @@ def payout(
     created_at: int = NOW,
     awaiting_review: bool = False,
     next_check_at: int | None = None,
+    batch_id: str | None = None,
+    batch_index: int | None = None,
 ) -> Payout:
     return Payout(
         reference=reference,
@@ -183,6 +188,8 @@ def payout(
         created_at=created_at,
         updated_at=created_at,
         next_check_at=next_check_at,
+        batch_id=batch_id,
+        batch_index=batch_index,
     )
 
 
@@ -535,6 +542,109 @@ def test_due_payouts_selection_order_and_limit(store: Store) -> None:
         assert tx.payouts.due(NOW, 100)[0] == rows[1]
         assert refs(tx.payouts.due(NOW + 1, 100)) == ["PO-b", "PO-a", "PO-d", "PO-c", "PO-later"]
         assert refs(tx.payouts.due(NOW - 21, 100)) == []
+
+
+def test_many_payouts_and_ledger_entries_are_written_in_order_in_one_call(store: Store) -> None:
+    payouts = [payout(f"PO-{n}", batch_id="bat_1", batch_index=n) for n in range(5)]
+    entries = [entry(f"led_{n}") for n in range(5)]
+    with store.transaction() as tx:
+        tx.payouts.add_many(payouts)
+        tx.ledger.append_many(entries)
+    with store.read() as tx:
+        assert [tx.payouts.get(p.reference) for p in payouts] == payouts
+        assert tx.ledger.entries("mer_1", "XAF") == entries  # the order written
+        page = tx.payouts.page("mer_1", limit=10)
+        assert page is not None and refs(page) == [f"PO-{n}" for n in reversed(range(5))]
+    with pytest.raises(DUPLICATE), store.transaction() as tx:
+        tx.payouts.add_many([payout("PO-new"), payout("PO-3")])
+    with store.read() as tx:
+        assert tx.payouts.get("PO-new") is None  # the whole unit of work rolled back
+
+
+def test_due_payouts_take_turns_between_merchants(store: Store) -> None:
+    """A merchant's 1,000 due payouts take one place per round, so another merchant's payout, due a
+    moment later, is listed second, not 1,001st (each merchant's own payouts stay in their order)."""
+    with store.transaction() as tx:
+        for index in range(6):
+            tx.payouts.add(payout(f"PO-big-{index}", merchant_id="mer_big", next_check_at=NOW - 100 + index))
+        tx.payouts.add(payout("PO-small-1", merchant_id="mer_small", next_check_at=NOW - 50))
+        tx.payouts.add(payout("PO-small-2", merchant_id="mer_small", next_check_at=NOW - 40))
+        tx.payouts.add(payout("PO-third", merchant_id="mer_third", next_check_at=NOW))
+    with store.read() as tx:
+        assert refs(tx.payouts.due(NOW, 100)) == [
+            "PO-big-0",
+            "PO-small-1",
+            "PO-third",
+            "PO-big-1",
+            "PO-small-2",
+            "PO-big-2",
+            "PO-big-3",
+            "PO-big-4",
+            "PO-big-5",
+        ]
+        assert refs(tx.payouts.due(NOW, 2)) == ["PO-big-0", "PO-small-1"]
+        assert refs(tx.payouts.due(NOW - 45, 100)) == ["PO-big-0", "PO-small-1", "PO-big-1"] + [
+            f"PO-big-{index}" for index in range(2, 6)
+        ]
+
+
+def test_batches_round_trip_and_their_payouts_are_read_in_item_order(store: Store) -> None:
+    batch = PayoutBatch(
+        id="bat_1",
+        merchant_id="mer_1",
+        mode=BatchMode.EACH,
+        item_count=5,
+        created_at=NOW,
+        refusals={
+            "1": {"merchantReference": "r1", "code": "AMOUNT_PRECISION", "details": {"x": Decimal("1.5")}}
+        },
+    )
+    statuses = [PayoutStatus.PAID, PayoutStatus.SENT, PayoutStatus.PENDING, PayoutStatus.FAILED]
+    with store.transaction() as tx:
+        tx.batches.add(batch)
+        # written out of item order: the reads order them by batch_index
+        for index, status in zip((4, 0, 3, 2), statuses, strict=True):
+            tx.payouts.add(
+                payout(
+                    f"PO-{index}",
+                    status=status,
+                    amount=100 * (index + 1),
+                    batch_id="bat_1",
+                    batch_index=index,
+                )
+            )
+        tx.payouts.add(payout("PO-other", batch_id="bat_2", batch_index=0))
+        tx.payouts.add(payout("PO-single"))
+    with pytest.raises(DUPLICATE), store.transaction() as tx:
+        tx.batches.add(batch)
+    with store.read() as tx:
+        assert tx.batches.get("bat_1") == batch
+        assert tx.batches.get("bat_nope") is None
+        assert refs(tx.payouts.in_batch("bat_1", after=None, limit=10)) == ["PO-0", "PO-2", "PO-3", "PO-4"]
+        assert refs(tx.payouts.in_batch("bat_1", after=0, limit=2)) == ["PO-2", "PO-3"]
+        assert refs(tx.payouts.in_batch("bat_1", after=4, limit=2)) == []
+        tally = sorted(tx.payouts.batch_tally("bat_1"), key=lambda row: row.status.value)
+        assert tally == [
+            BatchTally(PayoutStatus.FAILED, "XAF", 1, 300),
+            BatchTally(PayoutStatus.PAID, "XAF", 1, 500),
+            BatchTally(PayoutStatus.PENDING, "XAF", 1, 400),
+            BatchTally(PayoutStatus.SENT, "XAF", 1, 100),
+        ]
+        assert tx.payouts.batch_open("bat_1") == 2  # PENDING and SENT
+        assert tx.payouts.batch_tally("bat_none") == [] and tx.payouts.batch_open("bat_none") == 0
+        page = tx.payouts.page("mer_1", limit=10, batch_id="bat_1")
+        assert page is not None and sorted(refs(page)) == ["PO-0", "PO-2", "PO-3", "PO-4"]
+    done = attrs.evolve(batch, completed_at=NOW + 5)
+    with store.transaction() as tx:
+        tx.batches.update(done)
+        tx.payouts.update(
+            payout("PO-3", status=PayoutStatus.PAID, amount=400, batch_id="bat_1", batch_index=3)
+        )
+    with store.read() as tx:
+        assert tx.batches.get("bat_1") == done
+        assert tx.payouts.batch_open("bat_1") == 1
+    with pytest.raises(KeyError), store.transaction() as tx:
+        tx.batches.update(attrs.evolve(batch, id="bat_nope"))
 
 
 def test_spent_counts_live_and_failed_payouts_from_since_inclusive(store: Store) -> None:
@@ -1061,7 +1171,7 @@ def test_spent_and_due_select_what_the_one_definition_selects(store: Store) -> N
                             and counts_as_spent(p)
                         )
                         assert tx.payouts.spent(merchant_id, currency, start) == expected
-            due_payouts = sorted((p for p in payouts.values() if payout_is_due(p, at)), key=payout_due_order)
+            due_payouts = payouts_in_due_order(p for p in payouts.values() if payout_is_due(p, at))
             assert tx.payouts.due(at, limit) == due_payouts[:limit]
             due_collections = sorted(
                 (c for c in collections.values() if collection_is_due(c, at)), key=collection_due_order
@@ -1095,6 +1205,55 @@ def test_the_generated_migrations_are_the_ones_existing_files_ran() -> None:
     assert "WHEN old.status != 'REJECTED' AND new.status = 'REJECTED'" in MIGRATIONS[1]
     digests = tuple(hashlib.sha256(script.encode()).hexdigest() for script in MIGRATIONS)
     assert digests[: len(MIGRATION_SHA256)] == MIGRATION_SHA256
+
+
+def test_the_bulk_payouts_migration_is_numbered_alike_and_an_older_file_gains_it(tmp_path: Path) -> None:
+    """Migration 9 (bulk payouts) has the same number on both engines, and a file from before it is
+    brought forward with its payouts kept, each of no batch."""
+    from paymentcore.adapters.postgres import MIGRATIONS as POSTGRES_MIGRATIONS
+
+    (sqlite_number,) = [
+        i for i, script in enumerate(MIGRATIONS, 1) if "CREATE TABLE payout_batches" in script
+    ]
+    (postgres_number,) = [
+        i for i, script in enumerate(POSTGRES_MIGRATIONS, 1) if "CREATE TABLE payout_batches" in script
+    ]
+    assert sqlite_number == postgres_number
+    path = tmp_path / "before-bulk.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        for number, script in enumerate(MIGRATIONS[: sqlite_number - 1], start=1):
+            conn.executescript(script)
+            conn.execute(f"PRAGMA user_version = {number}")
+        columns = [c for c in _columns(conn, "payouts") if c not in ("batch_id", "batch_index")]
+        conn.execute(
+            f"INSERT INTO payouts ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})",
+            [_old_payout_value(c) for c in columns],
+        )
+    finally:
+        conn.close()
+    store = SqliteStore(path)
+    try:
+        assert store.schema_version() == len(MIGRATIONS)
+        with store.read() as tx:
+            kept = tx.payouts.get("PO-old")
+            assert kept is not None and kept.batch_id is None and kept.batch_index is None
+            assert tx.batches.get("bat_x") is None
+    finally:
+        store.close()
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
+    return [str(row[1]) for row in conn.execute(f"PRAGMA table_info({table})")]
+
+
+def _old_payout_value(column: str) -> Any:
+    values: dict[str, Any] = {
+        "reference": "PO-old", "merchant_id": "mer_1", "status": "PAID", "amount": 100, "currency": "XAF",
+        "phone": "670000000", "country": "CM", "provider": "mtn_cm", "awaiting_review": 0,
+        "created_at": NOW, "updated_at": NOW, "resolution": "POSTED",
+    }  # fmt: skip
+    return values.get(column)
 
 
 def test_a_file_made_before_the_repositories_opens_and_counts_alike(tmp_path: Path) -> None:

@@ -1,8 +1,9 @@
 """Storage contract for partitioned work, on every store (memory, SQLite, PostgreSQL).
 
-``due(..., per_lane=N)`` lists what is due in turns over its lanes (``_queries.in_turns``): every lane's
-first item, then every lane's second, at most N of a lane; ``outbox.defer`` moves an endpoint's waiting
-events behind the attempt that probes it.
+``outbox.due`` and ``collections.due`` with ``per_lane=N`` list what is due in turns over its lanes
+(``_queries.in_turns``): every lane's first item, then every lane's second, at most N of a lane
+(payouts are listed in a round over merchants, ``_queries.payouts_in_due_order``, and their lane is
+the provider); ``outbox.defer`` moves an endpoint's waiting events behind the attempt that probes it.
 """
 
 from __future__ import annotations
@@ -10,10 +11,10 @@ from __future__ import annotations
 import random
 
 import attrs
-from test_store_contract import NOW, collection, event, payout  # type: ignore[import-not-found, unused-ignore]
+from test_store_contract import NOW, collection, event  # type: ignore[import-not-found, unused-ignore]
 
-from paymentcore._models import CollectionStatus, DeliveryStatus, PayoutStatus
-from paymentcore._queries import collection_lane, event_lane, in_turns, payout_lane
+from paymentcore._models import CollectionStatus, DeliveryStatus
+from paymentcore._queries import collection_lane, event_lane, in_turns
 from paymentcore.ports import Store
 
 
@@ -21,27 +22,6 @@ def test_in_turns_takes_each_lane_in_turn_and_caps_a_lane() -> None:
     items = ["a1", "a2", "a3", "a4", "b1", "c1", "c2"]
     assert in_turns(items, lambda item: item[0], 10) == ["a1", "b1", "c1", "a2", "c2", "a3", "a4"]
     assert in_turns(items, lambda item: item[0], 2) == ["a1", "b1", "c1", "a2", "c2"]
-
-
-def test_due_payouts_in_turns_over_providers(store: Store) -> None:
-    rows = [
-        attrs.evolve(payout(f"PO-mtn-{n}", next_check_at=NOW - 100 + n), provider="mtn_cm") for n in range(5)
-    ]
-    rows += [attrs.evolve(payout("PO-orange-0", next_check_at=NOW - 1), provider="orange_cm")]
-    rows += [
-        attrs.evolve(
-            payout("PO-orange-held", next_check_at=NOW - 1, awaiting_review=True), provider="orange_cm"
-        )
-    ]
-    with store.transaction() as tx:
-        for p in rows:
-            tx.payouts.add(p)
-    with store.read() as tx:
-        listed = [p.reference for p in tx.payouts.due(NOW, 100, per_lane=3)]
-        assert listed == ["PO-mtn-0", "PO-orange-0", "PO-mtn-1", "PO-mtn-2"]
-        assert [p.reference for p in tx.payouts.due(NOW, 2, per_lane=3)] == ["PO-mtn-0", "PO-orange-0"]
-        # without per_lane: the plain due order, as before
-        assert [p.reference for p in tx.payouts.due(NOW, 3)] == ["PO-mtn-0", "PO-mtn-1", "PO-mtn-2"]
 
 
 def test_due_events_in_turns_over_merchants(store: Store) -> None:
@@ -86,11 +66,11 @@ def test_due_collections_in_turns_over_providers(store: Store) -> None:
 def test_due_in_turns_agrees_with_the_one_definition_on_random_records(store: Store) -> None:
     rng = random.Random(7)
     providers = ["mtn_cm", "orange_cm", "moov_ci", "wave_sn"]
-    payouts = [
+    collections = [
         attrs.evolve(
-            payout(
-                f"PO-{n:03d}",
-                status=rng.choice([PayoutStatus.PENDING, PayoutStatus.SENT, PayoutStatus.PAID]),
+            collection(
+                f"REQ-{n:03d}",
+                status=rng.choice([CollectionStatus.PROCESSING, CollectionStatus.SUCCESS]),
                 next_check_at=NOW - rng.randrange(0, 1000),
             ),
             provider=rng.choice(providers),
@@ -103,26 +83,21 @@ def test_due_in_turns_agrees_with_the_one_definition_on_random_records(store: St
         for n in range(120)
     ]
     with store.transaction() as tx:
-        for p in payouts:
-            tx.payouts.add(p)
+        for c in collections:
+            tx.collections.add(c)
         for e in events:
             tx.outbox.add(e)
     with store.read() as tx:
         for per_lane, limit in ((1, 100), (5, 17), (50, 1000)):
-            plain_payouts = tx.payouts.due(NOW, 1000)
+            plain_collections = tx.collections.due(NOW, 1000)
             assert (
-                tx.payouts.due(NOW, limit, per_lane=per_lane)
-                == in_turns(plain_payouts, payout_lane, per_lane)[:limit]
+                tx.collections.due(NOW, limit, per_lane=per_lane)
+                == in_turns(plain_collections, collection_lane, per_lane)[:limit]
             )
             plain_events = tx.outbox.due(NOW, 1000)
             assert (
                 tx.outbox.due(NOW, limit, per_lane=per_lane)
                 == in_turns(plain_events, event_lane, per_lane)[:limit]
-            )
-            plain_collections = tx.collections.due(NOW, 1000)
-            assert (
-                tx.collections.due(NOW, limit, per_lane=per_lane)
-                == in_turns(plain_collections, collection_lane, per_lane)[:limit]
             )
 
 
