@@ -295,7 +295,6 @@ class PaymentCore:
         if self._pumps:
             return
         config = self.config
-        heartbeat = config.dispatch_lease_seconds / 3
         network = [
             Pump(
                 runner,
@@ -306,7 +305,6 @@ class PaymentCore:
                 slow_per_lane=NETWORK_SLOW_PER_PROVIDER,
                 slow_after=config.network_slow_after,
                 interval=interval,
-                heartbeat=heartbeat,
             )
             for name, runner in (("collections", self.collect.runner), ("payouts", self.disburse.runner))
         ]
@@ -322,7 +320,6 @@ class PaymentCore:
                 slow_per_lane=1,
                 slow_after=config.delivery_slow_after,
                 interval=interval,
-                heartbeat=heartbeat,
             ),
         ]
         for pump in self._pumps:

@@ -461,7 +461,8 @@ class Disburse:
         limit = check_limit(limit)
         after = _check_index(starting_after)
         with self._deps.store.read() as tx:
-            batch = tx.batches.get(batch_id) if isinstance(batch_id, str) and batch_id else None
+            known = isinstance(batch_id, str) and batch_id and "\x00" not in batch_id
+            batch = tx.batches.get(batch_id) if known else None
             if batch is None or batch.merchant_id != merchant_id:
                 raise NotFoundError("No such batch on this account.")
             return self._read_batch(tx, batch, limit=limit, after=after)
@@ -473,9 +474,10 @@ class Disburse:
         limit = check_limit(limit)
         after = _check_index(starting_after)
         with self._deps.store.read() as tx:
-            batch = tx.batches.get(batch_id) if isinstance(batch_id, str) and batch_id else None
+            known = isinstance(batch_id, str) and batch_id and "\x00" not in batch_id
+            batch = tx.batches.get(batch_id) if known else None
             if batch is None:
-                raise NotFoundError(f"No batch {str(batch_id)[:80]}.", param="batch_id")
+                raise NotFoundError(f"No batch {str(batch_id)[:80]!r}.", param="batch_id")
             return OperatorBatch(batch.merchant_id, self._read_batch(tx, batch, limit=limit, after=after))
 
     def _read_batch(

@@ -17,7 +17,7 @@ def required_text(value: object, param: str, *, max_length: int = 200) -> str:
         raise InvalidRequestError(f"{param} must be a non-empty string.", param=param)
     if len(value) > max_length:
         raise InvalidRequestError(f"{param} must be at most {max_length} characters.", param=param)
-    return value
+    return refuse_nul(value, param)
 
 
 def optional_text(value: object, param: str, *, max_length: int) -> str | None:
@@ -28,6 +28,13 @@ def optional_text(value: object, param: str, *, max_length: int) -> str | None:
         raise InvalidRequestError(f"{param} must be a string.", param=param)
     if len(value) > max_length:
         raise InvalidRequestError(f"{param} must be at most {max_length} characters.", param=param)
+    return refuse_nul(value, param)
+
+
+def refuse_nul(value: str, param: str) -> str:
+    """Text with no NUL character (no store keeps one: PostgreSQL refuses it in any text column)."""
+    if "\x00" in value:
+        raise InvalidRequestError(f"{param} must not contain a NUL character.", param=param)
     return value
 
 

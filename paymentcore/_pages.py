@@ -61,9 +61,10 @@ def check_text(value: object, param: str, *, max_length: int) -> str | None:
     """An optional filter on a text field: None, or a non-empty string of at most ``max_length``."""
     if value is None:
         return None
-    if not isinstance(value, str) or not value or len(value) > max_length:
+    if not isinstance(value, str) or not value or len(value) > max_length or "\x00" in value:
         raise InvalidRequestError(
-            f"{param} must be a non-empty string of at most {max_length} characters.", param=param
+            f"{param} must be a non-empty string of at most {max_length} characters, without NUL.",
+            param=param,
         )
     return value
 

@@ -105,8 +105,10 @@ class Runner(Generic[ClaimT, OutcomeT]):
         self._clock = clock
         self._lease_ms = lease_ms
         self._write = write if write is not None else store.transaction
-        self._held: dict[str, int] = {}  # key -> the lease this runner's claim holds, until then
-        self._held_lock = threading.Lock()
+        self._heartbeat = lease_ms / 3000  # seconds between renewals of a lease in use
+        self._acting: dict[str, _Hold] = {}  # items whose action is under way here, and their leases
+        self._acting_lock = threading.Lock()
+        self._renewer: threading.Thread | None = None
 
     @property
     def lease_ms(self) -> int:
@@ -126,19 +128,13 @@ class Runner(Generic[ClaimT, OutcomeT]):
     def run_one(self, key: str, *, max_steps: int = 3) -> OutcomeT | None:
         """Claim, act and record one item, step after step; the last outcome, or None when it was not
         claimed or nothing was learnt."""
-        try:
-            return self._steps(key, max_steps)
-        finally:
-            self._release(key)
-
-    def _steps(self, key: str, max_steps: int) -> OutcomeT | None:
         last: OutcomeT | None = None
         with self._write() as tx:
-            claim = self._claim(tx, key)
+            claim, lease = self._claim(tx, key)
         for step in range(1, max_steps + 1):
             if claim is None:
                 return last
-            outcome = self.task.act(claim, self._clock.now())
+            outcome = self._act(key, claim, lease)
             if outcome is None:
                 return last  # the claim (and the lease row) runs out and the item is due again
             with self._write() as tx:
@@ -146,43 +142,73 @@ class Runner(Generic[ClaimT, OutcomeT]):
                 tx.leases.drop(self.kind, key)
                 # the next step's claim rides in the same transaction (one commit fewer per step);
                 # never after the last step, whose claim nobody would act on
-                claim = self._claim(tx, key) if again and step < max_steps else None
+                claim, lease = self._claim(tx, key) if again and step < max_steps else (None, 0)
             last = outcome
         return last
 
-    def _claim(self, tx: Transaction, key: str) -> ClaimT | None:
+    def _claim(self, tx: Transaction, key: str) -> tuple[ClaimT | None, int]:
         now = self._clock.now()
         claim = self.task.claim(tx, key, now)
         if claim is not None:
             tx.leases.take(self.kind, key, now + self._lease_ms)
-            with self._held_lock:
-                self._held[key] = now + self._lease_ms
-        return claim
+        return claim, now + self._lease_ms
 
-    def _release(self, key: str) -> None:
-        with self._held_lock:
-            self._held.pop(key, None)
+    def _act(self, key: str, claim: ClaimT, lease: int) -> OutcomeT | None:
+        """The task's action, with the claim's lease renewed (a heartbeat) for as long as it lasts, so
+        that no other worker takes the item over while this one is still on it."""
+        hold = _Hold(lease=lease, since=time.monotonic())
+        with self._acting_lock:
+            self._acting[key] = hold
+            if self._renewer is None:
+                self._renewer = threading.Thread(
+                    target=self._renew_while_acting, name=f"paymentcore-{self.kind}-leases", daemon=True
+                )
+                self._renewer.start()
+        try:
+            return self.task.act(claim, self._clock.now())
+        finally:
+            with self._acting_lock:
+                if self._acting.get(key) is hold:
+                    del self._acting[key]
 
-    def renew(self, keys: Sequence[str]) -> int:
-        """Extend this runner's leases on ``keys`` (items it is working on) by a whole lease from now,
-        in one write transaction; returns how many were extended. A key whose outcome was written
-        meanwhile (or that this runner does not hold) is left alone."""
-        with self._held_lock:
-            held = {key: self._held[key] for key in keys if key in self._held}
-        if not held:
-            return 0
+    def _renew_while_acting(self) -> None:
+        while True:
+            time.sleep(self._heartbeat)
+            with self._acting_lock:
+                if not self._acting:
+                    self._renewer = None
+                    return
+                moment = time.monotonic()
+                due = {k: h for k, h in self._acting.items() if moment - h.since >= self._heartbeat}
+            if due:
+                try:
+                    self._renew(due)
+                except Exception:  # the next beat tries again; the lease still has two thirds to run
+                    log.exception("%s: renewing leases failed", self.kind)
+
+    def _renew(self, holds: dict[str, _Hold]) -> None:
+        """Extend the leases of ``holds`` by a whole lease from now, in one write transaction; an item
+        whose outcome was written meanwhile, or whose lease changed, is left alone (compare and set)."""
         renewed: dict[str, int] = {}
         with self._write() as tx:
             until = self._clock.now() + self._lease_ms
-            for key, old in held.items():
-                if self.task.renew(tx, key, old, until):
+            for key, hold in holds.items():
+                if self.task.renew(tx, key, hold.lease, until):
                     tx.leases.take(self.kind, key, until)
                     renewed[key] = until
-        with self._held_lock:
+        with self._acting_lock:
             for key, until in renewed.items():
-                if self._held.get(key) == held[key]:
-                    self._held[key] = until
-        return len(renewed)
+                hold = holds[key]
+                if self._acting.get(key) is hold:
+                    hold.lease = until
+
+
+@attrs.define
+class _Hold:
+    """An item whose action is under way: the lease its row carries now, and when the action began."""
+
+    lease: int
+    since: float
 
 
 class _Lane:
@@ -228,10 +254,9 @@ class Pump:
 
     Turns are handed out fairly: the items listed are taken round-robin over their lanes (each lane's
     first item, then each lane's second, ...), so a lane with 10,000 items due gets no more turns than a
-    lane with one. An item is claimed (leased) by :meth:`Runner.run_one`, so several pumps in several
-    processes share the work safely; with ``heartbeat`` (seconds) the leases of items in flight are
-    renewed that often (:meth:`Runner.renew`), so that a lease can be short and the claims of a process
-    that died lapse in seconds.
+    lane with one. An item is claimed (leased) by :meth:`Runner.run_one`, which renews the lease while
+    the item is worked, so several pumps in several processes share the work safely, a lease can be
+    short, and the claims of a process that died lapse in seconds.
 
     The list of what is due is read once and worked through over the rounds that follow: it is read
     again when it is used up, or when it is older than ``interval``. A scan reads up to ``scan`` items.
@@ -250,7 +275,6 @@ class Pump:
         slow_after: float = 2.0,
         interval: float = 0.2,
         scan: int = 1000,
-        heartbeat: float | None = None,
         max_lanes: int = 10_000,
     ) -> None:
         self.name = name
@@ -263,7 +287,6 @@ class Pump:
         self._slow_after = slow_after
         self._interval = interval
         self._scan = scan
-        self._heartbeat = heartbeat
         self._max_lanes = max_lanes
         self._lock = threading.Lock()
         self._flights: dict[str, _Flight] = {}
@@ -273,7 +296,6 @@ class Pump:
         self._queued = 0
         self._listed: list[Due] = []  # the last scan's items not yet started, in their turn order
         self._listed_at = 0.0
-        self._renewed_at = 0.0
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._pool: ThreadPoolExecutor | None = None
@@ -326,7 +348,6 @@ class Pump:
         while not self._stop.is_set():
             try:
                 started = self.round()
-                self._renew()
             except Exception:  # the loop must survive one bad round; the work stays due
                 log.exception("%s: worker round failed", self.name)
                 started = 0
@@ -413,18 +434,6 @@ class Pump:
                 lane.fresh -= 1
                 self._slow += 1
                 lane.slow += 1
-
-    def _renew(self) -> None:
-        if self._heartbeat is None:
-            return
-        moment = time.monotonic()
-        if moment - self._renewed_at < self._heartbeat:
-            return
-        self._renewed_at = moment
-        with self._lock:
-            keys = [key for key, held in self._flights.items() if moment - held.started >= self._heartbeat]
-        if keys:
-            self._runner.renew(keys)
 
     def _work(self, item: Due) -> None:
         started = time.monotonic()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from html import escape
 from typing import Any
@@ -162,7 +162,9 @@ def amount(value: Decimal, decimals: int) -> str:
 
 
 def moment(value: datetime) -> str:
-    return value.strftime("%Y-%m-%d %H:%M:%S UTC")
+    """A moment as UTC (an aware time in another zone is converted first; a naive one is taken as UTC)."""
+    shown = value.astimezone(UTC) if value.tzinfo is not None else value
+    return shown.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def yes_no(value: bool, *, yes: str = "on", no: str = "off") -> str:

@@ -74,6 +74,27 @@ def _httptools_protocol(limit: int) -> type[asyncio.Protocol] | None:
     class HttpTools(HttpToolsProtocol):
         head_bytes = 0
         too_large = False
+        raw_head = 0  # bytes received since the request began, while its headers are not complete
+        head_done = False
+
+        def data_received(self, data: bytes) -> None:
+            # llhttp reports a header only once its line is complete: a header that never ends would
+            # be buffered without limit, so the raw bytes of an unfinished head are counted too
+            if not self.head_done:
+                self.raw_head += len(data)
+            super().data_received(data)
+            if not self.head_done and self.raw_head > limit and not self.transport.is_closing():
+                self.too_large = True
+                self.send_400_response("request headers too large")
+
+        def on_headers_complete(self) -> None:
+            self.head_done = True
+            super().on_headers_complete()
+
+        def on_message_complete(self) -> None:
+            super().on_message_complete()
+            self.head_done = False
+            self.raw_head = 0
 
         def _count(self, size: int) -> None:
             self.head_bytes += size

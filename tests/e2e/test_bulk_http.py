@@ -537,3 +537,18 @@ def test_a_batch_does_not_make_another_merchants_payout_wait(funded: Client) -> 
     core.disburse.process_due(limit=2)  # one round of two items: the single payout goes out now
     assert core.disburse.get(other.id, single.reference).status.value == "PAID"
     assert progress(read(funded, batch["id"]))["PENDING"][0] == 199
+
+
+def test_a_nul_character_is_refused_in_the_documented_shape_on_every_engine(funded: Client) -> None:
+    # PostgreSQL keeps no NUL in text: before the check this was a 500 there (psycopg DataError)
+    batch = created(funded, [item("ok"), item("nul", recipientName="A\u0000da")], "nul-1")
+    assert batch["items"][1]["payout"] is None
+    assert batch["items"][1]["error"]["code"] == "INVALID_REQUEST"
+    assert batch["items"][1]["error"]["param"] == "recipientName"
+    assert batch["items"][0]["payout"]["status"] == "PENDING"
+    key = funded.disburse_key
+    assert funded.get("/v1/disburse/bulk/bat_%00", key=key).status_code == 404
+    listed = funded.get("/v1/disburse?batch=bat_%00", key=key)
+    assert listed.status_code == 400 and listed.json()["param"] == "batch"
+    single = funded.post("/v1/disburse", {**PAYOUT, "merchantReference": "x\u0000"}, key=key, idem="nul-2")
+    assert single.status_code == 400 and single.json()["param"] == "merchantReference"

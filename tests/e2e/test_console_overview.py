@@ -165,3 +165,10 @@ def test_without_a_session_the_overview_and_its_lists_show_nothing(kit: Kit) -> 
         answer = kit.http.get(path, follow_redirects=False)
         assert answer.status_code == 303 and answer.headers["location"].startswith("/console/sign-in"), path
         assert "XAF" not in answer.text
+
+
+def test_a_time_filter_in_another_zone_is_shown_as_the_utc_moment_it_means(kit: Kit) -> None:
+    kit.sign_in()
+    answer = kit.http.get("/console/payouts", params={"from": "2026-03-10T10:00:00+01:00"})
+    assert answer.status_code == 200
+    assert "created from 2026-03-10 09:00:00 UTC" in answer.text

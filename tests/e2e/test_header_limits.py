@@ -193,3 +193,29 @@ def test_the_app_alone_answers_431_to_headers_past_the_limit(tmp_path: Path) -> 
             assert fine.status_code == 200
     finally:
         core.close()
+
+
+@pytest.mark.parametrize("uvicorn_on", protocols(), indirect=True)
+def test_a_header_that_never_ends_is_refused_once_past_the_limit(uvicorn_on: int) -> None:
+    # no end of line ever comes: the parser reports no header, so the raw bytes must be counted, or
+    # the partial header would be buffered without end (10 MiB here, as long as the client sends)
+    with socket.create_connection(("127.0.0.1", uvicorn_on), timeout=10) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ")
+        sent = 0
+        try:
+            while sent < 10 * 1024 * KIB:
+                sock.sendall(b"a" * (64 * KIB))
+                sent += 64 * KIB
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        received = b""
+        while True:
+            try:
+                chunk = sock.recv(65536)
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            received += chunk
+    assert received.startswith(b"HTTP/1.1 431 "), received[:100]
+    assert sent < 10 * 1024 * KIB, "the server read all 10 MiB of one header before refusing it"

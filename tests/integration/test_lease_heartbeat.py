@@ -141,3 +141,35 @@ def test_a_call_longer_than_the_lease_is_never_made_twice_at_once(tmp_path: Path
     finally:
         for core in cores:
             core.close()
+
+
+def test_a_lease_is_renewed_without_a_worker_and_a_failed_claim_does_not_drop_it(tmp_path: Path) -> None:
+    """An inline run (tick, an operator's release) renews its lease too, and another caller that could
+    not claim the item leaves the renewal alone; a worker in another process never calls twice."""
+    db = tmp_path / "inline.db"
+    network = CountingHang(seconds=4.0)
+    config = Config(sandbox_delay=0, dispatch_lease_seconds=1)
+    here = PaymentCore.sqlite(db, config=config, network=network)
+    elsewhere = PaymentCore.sqlite(db, config=config, network=network)
+    try:
+        shop = here.operator.create_merchant("Shop", settlement_currency="XAF")
+        fund(here, shop.id, "XAF", 10_000)
+        payout = here.disburse.create(
+            shop.id, amount=Decimal(1000), currency="XAF", phone="677000500", idempotency_key="inline"
+        )
+        first = threading.Thread(target=here.disburse.advance, args=(payout.reference,))
+        first.start()  # claims it and waits on the network, with no worker running here
+        time.sleep(0.3)
+        here.disburse.advance(payout.reference)  # cannot claim it: must not end the first one's renewal
+        elsewhere.start_worker(interval=0.05)  # another process's worker, ready to take a lapsed lease
+        first.join(timeout=30)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if here.disburse.get(shop.id, payout.reference).status is PayoutStatus.PAID:
+                break
+            time.sleep(0.1)
+        assert here.disburse.get(shop.id, payout.reference).status is PayoutStatus.PAID
+        assert network.calls[payout.reference] == 1, network.calls
+    finally:
+        elsewhere.close()
+        here.close()
