@@ -552,12 +552,12 @@ def test_create_bulk_sends_the_items_as_json_under_one_key_and_reads_the_batch()
 def test_create_bulk_refuses_what_json_cannot_carry_before_sending() -> None:
     script = Script(answer(201, server_wire.batch_json(BATCH)))
     client, _ = script.client()
-    floating = attrs.evolve(ITEMS[1], amount=25.0)
+    floating = attrs.evolve(ITEMS[1], amount=25.0)  # type: ignore[arg-type]
     cases: list[tuple[Any, str]] = [
         ([ITEMS[0], floating], "items[1].amount"),
         ([ITEMS[0], {"amount": 1}], "items[1]"),
         ("items", "items"),
-        ([attrs.evolve(ITEMS[0], phone=object())], "items[0].phone"),
+        ([attrs.evolve(ITEMS[0], phone=object())], "items[0].phone"),  # type: ignore[arg-type]
     ]
     for items, param in cases:
         with pytest.raises(InvalidRequestError) as caught:
