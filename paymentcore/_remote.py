@@ -19,7 +19,7 @@ import enum
 import random
 import re
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
 from types import MappingProxyType
@@ -30,23 +30,32 @@ import attrs
 
 from paymentcore import wire
 from paymentcore._events import CURRENT_NAMES
-from paymentcore._models import CollectionKind, CollectionStatus, PayoutStatus
+from paymentcore._models import BatchMode, CollectionKind, CollectionStatus, PayoutStatus
 from paymentcore._records import (
+    BatchItem,
+    BatchPayout,
+    BatchProgress,
+    BatchStatus,
+    BatchTotal,
     Collection,
     EventDelivery,
     EventDeliveryStatus,
     EventRecord,
     EventSummary,
+    ItemError,
     LedgerItem,
     LedgerItemType,
     MerchantBalance,
     Payout,
     PayoutAllowance,
+    PayoutBatch,
+    PayoutItem,
     WebhookRegistration,
     WebhookSettings,
 )
 from paymentcore.errors import (
     ALL_ERRORS,
+    BatchRefusedError,
     InvalidRequestError,
     PaymentError,
     RateLimitedError,
@@ -77,7 +86,8 @@ T = TypeVar("T")
 E = TypeVar("E", bound=enum.Enum)
 
 _ERRORS: Mapping[str, type[PaymentError]] = MappingProxyType({cls.code: cls for cls in ALL_ERRORS})
-# the money in an error's details (the library's are Decimal: so are these); other numbers stay int
+# the money in an error's details (the library's are Decimal: so are these, in details that name their
+# currency); other numbers stay int (``maximum`` is also a batch's item count, which names none)
 _MONEY_DETAILS = frozenset({"available", "required", "minimum", "maximum", "ceiling", "spent", "remaining"})
 
 
@@ -165,18 +175,26 @@ def segment(value: str, name: str) -> str:
 def body(**fields: Any) -> dict[str, Any]:
     """A JSON body: camelCase names, the fields given (None is left out). A float is refused here, as
     the library refuses it: money never passes through binary floating point."""
+    return _fields(fields, "")
+
+
+def _fields(fields: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """:func:`body` of ``fields``; a refused field is named ``where`` + its name (``items[3].amount``)."""
     out: dict[str, Any] = {}
     for name, value in fields.items():
         if value is None:
             continue
+        param = where + name
         if isinstance(value, float):
             raise InvalidRequestError(
-                f"{name} must be a Decimal or an int, never a float (write Decimal('12.50')).", param=name
+                f"{param} must be a Decimal or an int, never a float (write Decimal('12.50')).", param=param
             )
         try:
             wire.dumps(value)
         except (TypeError, ValueError):  # not JSON (an object, a Decimal NaN): refused as the library does
-            raise InvalidRequestError(f"{name} cannot be sent: {type(value).__name__}.", param=name) from None
+            raise InvalidRequestError(
+                f"{param} cannot be sent: {type(value).__name__}.", param=param
+            ) from None
         out[_camel(name)] = value
     return out
 
@@ -204,6 +222,15 @@ def whole(value: int, name: str) -> int:
 def _camel(name: str) -> str:
     head, *rest = name.split("_")
     return head + "".join(part.title() for part in rest)
+
+
+def _library_param(param: str, message: str) -> tuple[str, str]:
+    """A wire ``param`` by the library's name, and ``message`` saying that name: the inverse of the
+    server's renaming (``recipientName`` -> ``recipient_name`` in both)."""
+    name = _snake(param)
+    if name == param:
+        return param, message
+    return name, re.sub(rf"\b{re.escape(param)}\b", name, message)
 
 
 def _snake(name: str) -> str:
@@ -286,6 +313,9 @@ class Fields:
 
     def opt_money(self, name: str) -> Decimal | None:
         return None if self.data.get(name) is None else self.money(name)
+
+    def opt_time(self, name: str) -> datetime | None:
+        return None if self.data.get(name) is None else self.time(name)
 
     def time(self, name: str) -> datetime:
         value = self.data.get(name)
@@ -474,6 +504,59 @@ def event_record(data: Any) -> EventRecord:
     )
 
 
+def item_error(data: Any) -> ItemError:
+    """A refused item's error, as the library has it: ``param`` and ``message`` by the library's names,
+    money in ``details`` as Decimal."""
+    f = Fields(data, "an item's error")
+    code, message, param = f.text("code"), f.text("message"), f.opt_text("param")
+    if param is not None:
+        param, message = _library_param(param, message)
+    details = f.object("details") if f.data.get("details") is not None else None
+    return ItemError(
+        code=code, message=message, param=param, details=None if details is None else _details(details)
+    )
+
+
+def batch_item(data: Any) -> BatchItem:
+    f = Fields(data, "a batch item")
+    made = None
+    if f.data.get("payout") is not None:
+        p = Fields(f.object("payout"), "a batch item's payout")
+        made = BatchPayout(p.text("reference"), p.member("status", PayoutStatus), p.flag("awaitingReview"))
+    refused = None if f.data.get("error") is None else item_error(f.object("error"))
+    return BatchItem(f.whole("index"), f.text("merchantReference"), payout=made, error=refused)
+
+
+def batch(data: Any) -> PayoutBatch:
+    f = Fields(data, "a batch")
+    totals = []
+    for entry in f.array("totals"):
+        t = Fields(entry, "a batch total")
+        totals.append(BatchTotal(t.text("currency"), t.whole("count"), t.money("amount")))
+    progress = []
+    for entry in f.array("progress"):
+        p = Fields(entry, "a batch's progress")
+        progress.append(
+            BatchProgress(
+                p.member("status", PayoutStatus), p.text("currency"), p.whole("count"), p.money("amount")
+            )
+        )
+    return PayoutBatch(
+        id=f.text("id"),
+        mode=f.member("mode", BatchMode),
+        status=f.member("status", BatchStatus),
+        created_at=f.time("createdAt"),
+        completed_at=f.opt_time("completedAt"),
+        item_count=f.whole("itemCount"),
+        accepted=f.whole("acceptedCount"),
+        refused=f.whole("refusedCount"),
+        totals=tuple(totals),
+        progress=tuple(progress),
+        items=tuple(batch_item(entry) for entry in f.array("items")),
+        has_more=f.flag("hasMore"),
+    )
+
+
 # --- errors ------------------------------------------------------------------------------------------
 
 
@@ -506,6 +589,8 @@ def error_from(status: int, headers: Mapping[str, str], content: bytes) -> Payme
             limit=_header_int(headers.get("x-ratelimit-limit")),
         )
         error.details = details
+    elif known is BatchRefusedError:
+        error = _batch_refused(message, param, details)
     elif known is not None:
         error = known(message, param=None if param is None else _snake(param), details=details)
     else:
@@ -517,12 +602,50 @@ def error_from(status: int, headers: Mapping[str, str], content: bytes) -> Payme
 
 
 def _details(raw: Mapping[str, Any]) -> dict[str, Any]:
+    money = "currency" in raw
     return {
         key: Decimal(value)
-        if key in _MONEY_DETAILS and isinstance(value, int) and not isinstance(value, bool)
+        if money and key in _MONEY_DETAILS and isinstance(value, int) and not isinstance(value, bool)
         else value
         for key, value in raw.items()
     }
+
+
+def _batch_refused(message: str | None, param: str | None, details: dict[str, Any] | None) -> PaymentError:
+    """BATCH_REFUSED as the embedded core raises it: ``.items`` the refused items (each error by the
+    library's names), ``details.items`` the same as plain data, the message by the library's names."""
+    try:
+        items = tuple(
+            _refused_item(entry) for entry in Fields(details, "BATCH_REFUSED details").array("items")
+        )
+    except UnexpectedResponseError as unreadable:
+        error = UnexpectedResponseError(f"BATCH_REFUSED: {unreadable.message}", details=details)
+        error.__dict__["code"] = BatchRefusedError.code
+        return error
+    assert details is not None  # read above
+    shaped = {**details, "items": [_item_refusal(item) for item in items]}
+    first = items[0].error if items else None
+    if message is not None and first is not None and first.param is not None:
+        message = re.sub(rf"\b{re.escape(_camel(first.param))}\b", first.param, message)
+    return BatchRefusedError(
+        message, param=None if param is None else _snake(param), details=shaped, items=items
+    )
+
+
+def _refused_item(data: Any) -> BatchItem:
+    f = Fields(data, "a refused item")
+    return BatchItem(f.whole("index"), f.text("merchantReference"), error=item_error(f.object("error")))
+
+
+def _item_refusal(item: BatchItem) -> dict[str, Any]:
+    """A refused item in ``BatchRefusedError.details["items"]``, as the embedded core writes it."""
+    assert item.error is not None
+    shaped: dict[str, Any] = {"code": item.error.code, "message": item.error.message}
+    if item.error.param is not None:
+        shaped["param"] = item.error.param
+    if item.error.details is not None:
+        shaped["details"] = dict(item.error.details)
+    return {"index": item.index, "merchantReference": item.merchant_reference, "error": shaped}
 
 
 def _header_int(value: str | None) -> int:
@@ -691,6 +814,48 @@ def payout_create(
         merchant_reference=merchant_reference,
     )
     return Call(Request("POST", "/v1/disburse", body=fields, idempotency_key=_key(idempotency_key)), payout)
+
+
+def bulk_create(
+    *, items: Sequence[PayoutItem], mode: BatchMode | str, idempotency_key: str | None
+) -> Call[PayoutBatch]:
+    """``POST /v1/disburse/bulk``. What JSON cannot carry is refused before anything is sent, named as
+    the library names it: ``items`` not a sequence, ``items[3]`` not a :class:`PayoutItem`, a float
+    (``items[3].amount``). The rest (how many items, their references, the mode) the server checks."""
+    if isinstance(items, str | bytes) or not isinstance(items, Sequence):
+        raise InvalidRequestError("items must be a list of 1 to 1,000 payouts.", param="items")
+    sent: list[dict[str, Any]] = []
+    for index, item in enumerate(items):
+        if not isinstance(item, PayoutItem):
+            raise InvalidRequestError(
+                f"items[{index}] must be a payout.", param=f"items[{index}]", details={"index": index}
+            )
+        sent.append(
+            _fields(
+                {
+                    "amount": item.amount,
+                    "currency": item.currency,
+                    "phone": item.phone,
+                    "recipient_name": item.recipient_name,
+                    "provider": item.provider,
+                    "country": item.country,
+                    "merchant_reference": item.merchant_reference,
+                },
+                f"items[{index}].",
+            )
+        )
+    fields = body(mode=mode.value if isinstance(mode, BatchMode) else mode)
+    fields["items"] = sent
+    return Call(
+        Request("POST", "/v1/disburse/bulk", body=fields, idempotency_key=_key(idempotency_key)), batch
+    )
+
+
+def bulk_get(batch_id: str, *, limit: int, starting_after: int | None) -> Call[PayoutBatch]:
+    pairs = [("limit", str(whole(limit, "limit")))]
+    if starting_after is not None:
+        pairs.append(("startingAfter", str(whole(starting_after, "starting_after"))))
+    return Call(Request("GET", f"/v1/disburse/bulk/{segment(batch_id, 'batch_id')}", tuple(pairs)), batch)
 
 
 def payout_get(reference: str) -> Call[Payout]:

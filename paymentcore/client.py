@@ -13,18 +13,18 @@
 :class:`Client` (blocking) and :class:`AsyncClient` (``await``) are built from the server's base URL
 and one API key; a merchant with a Collect key and a Disburse key makes one client per key. Their
 services are shaped like the embedded core's (``core.collect``, ``core.disburse``, ...) without the
-merchant id, which the key names: ``collect.charge / checkout / get / list``, ``disburse.create / get /
-list / limits``, ``account.balances / ledger``, ``webhooks.register / get``, ``events.list / get /
-resend``. They return the library's frozen records (``Decimal`` amounts read from the JSON without a
-float, aware UTC datetimes, enums) and raise the library's exceptions (``except
-InsufficientBalanceError``), which also carry the answer's ``request_id`` and ``http_status``.
+merchant id, which the key names: ``collect.charge / checkout / get / list``, ``disburse.create /
+create_bulk / get_bulk / get / list / limits``, ``account.balances / ledger``, ``webhooks.register /
+get``, ``events.list / get / resend``. They return the library's frozen records (``Decimal`` amounts
+read from the JSON without a float, aware UTC datetimes, enums) and raise the library's exceptions
+(``except InsufficientBalanceError``), which also carry the answer's ``request_id`` and ``http_status``.
 
-Every create call (a charge, a checkout, a payout, a webhook registration, an event resend) sends an
-``Idempotency-Key``: the one given, or one generated for the call. A connection error, a timeout, or an
-answer of 429 or 500/502/503/504 is retried with the same key (the server answers what it did the first
-time: no second payout, no second prompt), up to ``max_retries`` times with exponential backoff and
-jitter, waiting at least what ``Retry-After`` asks. A list answers one :class:`ListPage` (a
-``paymentcore.Page``); iterating it goes on through the following pages.
+Every create call (a charge, a checkout, a payout, a bulk request, a webhook registration, an event
+resend) sends an ``Idempotency-Key``: the one given, or one generated for the call. A connection error,
+a timeout, or an answer of 429 or 500/502/503/504 is retried with the same key (the server answers what
+it did the first time: no second payout, no second prompt), up to ``max_retries`` times with
+exponential backoff and jitter, waiting at least what ``Retry-After`` asks. A list answers one
+:class:`ListPage` (a ``paymentcore.Page``); iterating it goes on through the following pages.
 
 Importing this module loads httpx; ``import paymentcore`` does not import it.
 """
@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from decimal import Decimal
 from types import TracebackType
 from typing import Any, Final, TypeVar
@@ -42,7 +42,7 @@ import attrs
 import httpx
 
 from paymentcore import _remote as remote
-from paymentcore._models import CollectionKind, CollectionStatus, PayoutStatus
+from paymentcore._models import BatchMode, CollectionKind, CollectionStatus, PayoutStatus
 from paymentcore._records import (
     Collection,
     EventDeliveryStatus,
@@ -53,6 +53,8 @@ from paymentcore._records import (
     Page,
     Payout,
     PayoutAllowance,
+    PayoutBatch,
+    PayoutItem,
     WebhookRegistration,
     WebhookSettings,
 )
@@ -419,6 +421,31 @@ class Disburse:
             )
         )
 
+    def create_bulk(
+        self,
+        *,
+        items: Sequence[PayoutItem],
+        mode: BatchMode | str,
+        idempotency_key: str | None = None,
+    ) -> PayoutBatch:
+        """Up to 1,000 payouts in one request (``POST /v1/disburse/bulk``); the batch, every item's
+        outcome in request order (its payout, or its ``error``).
+
+        ``mode`` ``each`` accepts or refuses each item on its own; ``all`` raises
+        :class:`~paymentcore.BatchRefusedError` (its ``.items`` the refused ones) when one item is
+        refused, and nothing is created. The key covers the whole request: give one you keep (a
+        settlement run's id) so that calling again after an error answers the same batch.
+        """
+        return self._client._call(remote.bulk_create(items=items, mode=mode, idempotency_key=idempotency_key))
+
+    def get_bulk(
+        self, batch_id: str, *, limit: int = DEFAULT_LIMIT, starting_after: int | None = None
+    ) -> PayoutBatch:
+        """The batch as it is now: its progress and one page of its items (``limit``, 1 to 100, after
+        the item whose ``index`` is ``starting_after``; ``has_more``). NotFoundError also for another
+        merchant's batch."""
+        return self._client._call(remote.bulk_get(batch_id, limit=limit, starting_after=starting_after))
+
     def get(self, reference: str) -> Payout:
         """The payout ``reference``; NotFoundError also for another merchant's."""
         return self._client._call(remote.payout_get(reference))
@@ -699,6 +726,24 @@ class AsyncDisburse:
                 merchant_reference=merchant_reference,
             )
         )
+
+    async def create_bulk(
+        self,
+        *,
+        items: Sequence[PayoutItem],
+        mode: BatchMode | str,
+        idempotency_key: str | None = None,
+    ) -> PayoutBatch:
+        """:meth:`Disburse.create_bulk`."""
+        return await self._client._call(
+            remote.bulk_create(items=items, mode=mode, idempotency_key=idempotency_key)
+        )
+
+    async def get_bulk(
+        self, batch_id: str, *, limit: int = DEFAULT_LIMIT, starting_after: int | None = None
+    ) -> PayoutBatch:
+        """:meth:`Disburse.get_bulk`."""
+        return await self._client._call(remote.bulk_get(batch_id, limit=limit, starting_after=starting_after))
 
     async def get(self, reference: str) -> Payout:
         """:meth:`Disburse.get`."""

@@ -4,6 +4,8 @@
   from the same database (Decimal amounts, aware datetimes, enums), and 12.50 stays ``Decimal('12.50')``;
 - every error class the server can answer a merchant arrives as the library's exception of its code,
   with ``param`` in the library's names, ``details``, ``request_id`` and the HTTP status;
+- bulk payouts (both modes) come back as the embedded core's batch, Decimal totals exact, a replay
+  under the same key answers the same batch, and ``get_bulk`` pages through the items;
 - lists page on when iterated, with the same filters, in the same order as the embedded lists;
 - webhooks registered through the client are verified with ``construct_event``; events are listed,
   read and resent;
@@ -36,6 +38,8 @@ from test_served_engines import Receiver  # type: ignore[import-not-found, unuse
 
 from paymentcore import (
     HTTP_STATUS,
+    BatchMode,
+    BatchStatus,
     Collection,
     CollectionKind,
     CollectionStatus,
@@ -44,6 +48,8 @@ from paymentcore import (
     PaymentCore,
     PaymentError,
     Payout,
+    PayoutBatch,
+    PayoutItem,
     PayoutStatus,
     construct_event,
 )
@@ -340,6 +346,128 @@ def test_webhooks_and_events_through_the_client(shop: Shop) -> None:
         receiver.close()
 
 
+# --- bulk payouts ----------------------------------------------------------------------------------
+
+
+def completed_batch(client: Client, batch_id: str) -> PayoutBatch:
+    return wait_for(
+        lambda: client.disburse.get_bulk(batch_id, limit=100),
+        lambda batch: batch.status is BatchStatus.COMPLETED,
+        batch_id,
+    )
+
+
+def outcomes(batch: PayoutBatch) -> list[tuple[object, ...]]:
+    """Each item's outcome without its payout's status (which the worker moves)."""
+    return [
+        (i.index, i.merchant_reference, None if i.payout is None else i.payout.reference, i.error)
+        for i in batch.items
+    ]
+
+
+def test_bulk_payouts_come_back_as_the_embedded_batch(shop: Shop) -> None:
+    core, mid, pay = shop.core, shop.merchant_id, shop.disburse.disburse
+    fund(core, mid, "XAF", 6000)
+    fund(core, mid, "GHS", "10.00")
+    tag = unique("run")
+    items = [
+        PayoutItem(
+            amount=2500, currency="XAF", phone=fresh_phone("69"), recipient_name="Awa N.",
+            merchant_reference=f"{tag}-0",
+        ),
+        PayoutItem(
+            amount=Decimal("2.50"), currency="GHS", phone=fresh_phone("24"), country="GH",
+            merchant_reference=f"{tag}-1",
+        ),
+        PayoutItem(amount=4000, currency="XAF", phone=fresh_phone("69"), merchant_reference=f"{tag}-2"),
+        PayoutItem(
+            amount=1000, currency="XAF", phone=fresh_phone("69"), recipient_name="x" * 121,
+            merchant_reference=f"{tag}-3",
+        ),
+        PayoutItem(amount=1500, currency="XAF", phone=fresh_phone("69"), merchant_reference=f"{tag}-4"),
+    ]  # fmt: skip
+    key = unique("settle")
+    created = pay.create_bulk(items=items, mode=BatchMode.EACH, idempotency_key=key)
+    assert type(created) is PayoutBatch and created.mode is BatchMode.EACH
+    assert (created.item_count, created.accepted, created.refused, created.has_more) == (5, 3, 2, False)
+    # the embedded core answers the very record under the same key (its stored answer), on the same database
+    assert created == core.disburse.create_bulk(mid, items=items, mode="each", idempotency_key=key)
+    assert [(t.currency, t.count, str(t.amount), type(t.amount)) for t in created.totals] == [
+        ("GHS", 1, "2.50", Decimal),
+        ("XAF", 2, "4000", Decimal),
+    ]
+    short, long_name = created.items[2].error, created.items[3].error
+    assert short is not None and short.details == {
+        "available": Decimal(3500),
+        "required": Decimal(4000),
+        "currency": "XAF",
+    }
+    assert long_name is not None and (long_name.param, long_name.message) == (
+        "recipient_name",
+        "recipient_name must be at most 120 characters.",
+    )  # the library's names, as embedded: not the wire's recipientName
+    assert outcomes(created) == outcomes(core.disburse.get_bulk(mid, created.id, limit=100))
+
+    again = pay.create_bulk(items=items, mode="each", idempotency_key=key)
+    assert again == created  # the replay: the same batch, nothing moved twice
+    assert len(list(pay.list(merchant_reference=f"{tag}-0"))) == 1
+    with pytest.raises(e.IdempotencyKeyReusedError):
+        pay.create_bulk(items=items, mode="all", idempotency_key=key)
+
+    done = completed_batch(shop.disburse, created.id)
+    assert done == core.disburse.get_bulk(mid, created.id, limit=100)
+    assert done.completed_at is not None and done.completed_at.utcoffset() is not None
+    assert {(p.status, p.currency): str(p.amount) for p in done.progress if p.count} == {
+        (PayoutStatus.PAID, "GHS"): "2.50",
+        (PayoutStatus.PAID, "XAF"): "4000",
+    }
+
+    payroll = [
+        PayoutItem(amount=700, currency="XAF", phone=fresh_phone("69"), merchant_reference=f"{tag}-p0"),
+        PayoutItem(amount=800, currency="XAF", phone=fresh_phone("69"), merchant_reference=f"{tag}-p1"),
+    ]
+    run = pay.create_bulk(items=payroll, mode="all")  # a key generated for the call
+    assert run.mode is BatchMode.ALL and (run.accepted, run.refused) == (2, 0)
+    assert outcomes(run) == outcomes(core.disburse.get_bulk(mid, run.id, limit=100))
+    assert completed_batch(shop.disburse, run.id) == core.disburse.get_bulk(mid, run.id, limit=100)
+
+    async def async_read() -> PayoutBatch:
+        key = core.operator.create_key(mid, ["disburse"], per_minute=10_000, per_hour=10_000)
+        async with AsyncClient(shop.served.base, key.api_key) as client:
+            return await client.disburse.get_bulk(run.id, limit=1, starting_after=0)
+
+    assert asyncio.run(async_read()) == core.disburse.get_bulk(mid, run.id, limit=1, starting_after=0)
+
+
+def test_get_bulk_pages_through_the_items(shop: Shop) -> None:
+    core, mid, pay = shop.core, shop.merchant_id, shop.disburse.disburse
+    fund(core, mid, "XAF", 10_000)
+    tag = unique("pages")
+    items = [
+        PayoutItem(
+            amount=100 * (i + 1), currency="XAF", phone=fresh_phone("69"), merchant_reference=f"{tag}-{i}"
+        )
+        for i in range(5)
+    ]
+    created = pay.create_bulk(items=items, mode="each")
+    completed_batch(shop.disburse, created.id)
+    pages: list[PayoutBatch] = []
+    after: int | None = None
+    while True:
+        page = pay.get_bulk(created.id, limit=2, starting_after=after)
+        assert page == core.disburse.get_bulk(mid, created.id, limit=2, starting_after=after)
+        pages.append(page)
+        if not page.has_more:
+            break
+        after = page.items[-1].index
+    assert [[i.index for i in page.items] for page in pages] == [[0, 1], [2, 3], [4]]
+    assert [i.merchant_reference for page in pages for i in page.items] == [f"{tag}-{i}" for i in range(5)]
+    assert all(page.item_count == 5 and page.totals == created.totals for page in pages)
+    with pytest.raises(e.InvalidRequestError) as past_the_end:
+        pay.get_bulk(created.id, starting_after=5)
+    assert past_the_end.value.param == "starting_after"
+
+
 # --- every error class -----------------------------------------------------------------------------
 
 
@@ -403,7 +531,28 @@ def test_every_error_class_arrives_as_the_librarys_exception(shop: Shop) -> None
     refused(e.AmountPrecisionError, payout(amount=Decimal("1000.5")), "amount")
     short = refused(e.InsufficientBalanceError, payout(amount=50_000), "amount")
     assert short.details == {"available": Decimal("9000"), "required": Decimal("50000"), "currency": "XAF"}
+    # an all-or-none batch with one item over the balance: refused whole, as the embedded core refuses it
+    items = [
+        PayoutItem(amount=1000, currency="XAF", phone=fresh_phone("69"), merchant_reference=unique("ok")),
+        PayoutItem(amount=50_000, currency="XAF", phone=fresh_phone("69"), merchant_reference=unique("big")),
+    ]
+    whole = refused(e.BatchRefusedError, lambda: pay.create_bulk(items=items, mode="all"))
+    with pytest.raises(e.BatchRefusedError) as embedded:
+        core.disburse.create_bulk(mid, items=items, mode=BatchMode.ALL, idempotency_key=unique("all"))
+    assert isinstance(whole, e.BatchRefusedError)
+    assert (whole.message, whole.details, whole.items) == (
+        embedded.value.message,
+        embedded.value.details,
+        embedded.value.items,
+    )
+    [big] = whole.items
+    assert (big.index, big.merchant_reference, big.payout) == (1, items[1].merchant_reference, None)
+    assert big.error is not None and (big.error.code, big.error.param) == ("INSUFFICIENT_BALANCE", "amount")
+    assert big.error.details == {"available": Decimal(8000), "required": Decimal(50_000), "currency": "XAF"}
+    assert type(big.error.exception()) is e.InsufficientBalanceError
+    assert core.operator.balances(mid)[0].available == Decimal(9000)  # nothing reserved
     refused(e.NotFoundError, lambda: pay.get("PO-1700000000000-NOPE"))
+    refused(e.NotFoundError, lambda: pay.get_bulk("bat_000000000000000000000000"))
     busy = fresh_phone()
     for _ in range(3):
         collect.charge(amount=1000, currency="XAF", country="CM", provider="mtn_cm", phone=busy)

@@ -21,6 +21,13 @@ import httpx
 import pytest
 
 from paymentcore import (
+    BatchItem,
+    BatchMode,
+    BatchPayout,
+    BatchProgress,
+    BatchRefusedError,
+    BatchStatus,
+    BatchTotal,
     Collection,
     CollectionKind,
     CollectionStatus,
@@ -31,6 +38,7 @@ from paymentcore import (
     IdempotencyKeyReusedError,
     InsufficientBalanceError,
     InvalidRequestError,
+    ItemError,
     LedgerItem,
     LedgerItemType,
     MerchantBalance,
@@ -38,6 +46,8 @@ from paymentcore import (
     PaymentError,
     Payout,
     PayoutAllowance,
+    PayoutBatch,
+    PayoutItem,
     PayoutStatus,
     RateLimitedError,
     ServerError,
@@ -46,6 +56,7 @@ from paymentcore import (
     wire,
 )
 from paymentcore import _remote as remote
+from paymentcore._disburse import _refused as embedded_refusal
 from paymentcore.client import (
     ApiConnectionError,
     AsyncClient,
@@ -470,6 +481,158 @@ def test_answers_that_are_not_the_apis() -> None:
         remote.payout(undated)
 
 
+# --- bulk payouts ----------------------------------------------------------------------------------
+
+SHORT = ItemError(
+    "INSUFFICIENT_BALANCE",
+    "The available GHS balance is 1.25; this payout needs 12.50.",
+    "amount",
+    {"available": Decimal("1.25"), "required": Decimal("12.50"), "currency": "GHS"},
+)
+LONG_NAME = ItemError("INVALID_REQUEST", "recipient_name must be at most 120 characters.", "recipient_name")
+BATCH = PayoutBatch(
+    id="bat_0123456789abcdef01234567",
+    mode=BatchMode.EACH,
+    status=BatchStatus.PROCESSING,
+    created_at=NOW,
+    completed_at=None,
+    item_count=4,
+    accepted=2,
+    refused=2,
+    totals=(BatchTotal("GHS", 1, Decimal("12.50")), BatchTotal("XAF", 1, Decimal("2500"))),
+    progress=tuple(
+        BatchProgress(status, currency, int(status is PayoutStatus.PENDING), amount)
+        for currency, amount in (("GHS", Decimal("12.50")), ("XAF", Decimal("2500")))
+        for status in PayoutStatus
+    ),
+    items=(
+        BatchItem(0, "settle-1", payout=BatchPayout(PAYOUT.reference, PayoutStatus.PENDING, False)),
+        BatchItem(1, "settle-2", error=SHORT),
+        BatchItem(2, "settle-3", payout=BatchPayout("PO-2", PayoutStatus.PENDING, True)),
+        BatchItem(3, "settle-4", error=LONG_NAME),
+    ),
+    has_more=True,
+)
+ITEMS = [
+    PayoutItem(
+        amount=Decimal("12.50"), currency="GHS", phone="241234567", country="GH", merchant_reference="a"
+    ),
+    PayoutItem(amount=2500, currency="XAF", phone="690000002", recipient_name="Awa", merchant_reference="b"),
+]
+
+
+def test_create_bulk_sends_the_items_as_json_under_one_key_and_reads_the_batch() -> None:
+    batch_answer = answer(201, server_wire.batch_json(BATCH))
+    script = Script(error(503, "SERVER_ERROR"), batch_answer)
+    client, slept = script.client()
+    made = client.disburse.create_bulk(items=ITEMS, mode=BatchMode.EACH)
+    assert made == BATCH  # Decimal, enums, datetimes, items' errors by the library's names
+    assert type(made.totals[0].amount) is Decimal and str(made.totals[0].amount) == "12.50"
+    assert made.items[3].error == LONG_NAME  # recipientName on the wire, recipient_name here
+    assert (
+        made.items[1].error is not None and type(made.items[1].error.exception()) is InsufficientBalanceError
+    )
+    first, retry = script.requests
+    assert (first.method, first.url.path) == ("POST", "/v1/disburse/bulk") and len(slept) == 1
+    assert (
+        first.content
+        == retry.content
+        == (
+            b'{"mode":"each","items":['
+            b'{"amount":12.50,"currency":"GHS","phone":"241234567","country":"GH","merchantReference":"a"},'
+            b'{"amount":2500,"currency":"XAF","phone":"690000002","recipientName":"Awa","merchantReference":"b"}]}'
+        )
+    )
+    keys = script.keys()
+    assert keys[0] is not None and keys[0].startswith("pcc_") and keys[0] == keys[1]  # kept over the retry
+    client.disburse.create_bulk(items=ITEMS, mode="all", idempotency_key="payroll-11")
+    assert script.keys()[-1] == "payroll-11" and b'"mode":"all"' in (script.requests[-1].content or b"")
+
+
+def test_create_bulk_refuses_what_json_cannot_carry_before_sending() -> None:
+    script = Script(answer(201, server_wire.batch_json(BATCH)))
+    client, _ = script.client()
+    floating = attrs.evolve(ITEMS[1], amount=25.0)  # type: ignore[arg-type]
+    cases: list[tuple[Any, str]] = [
+        ([ITEMS[0], floating], "items[1].amount"),
+        ([ITEMS[0], {"amount": 1}], "items[1]"),
+        ("items", "items"),
+        ([attrs.evolve(ITEMS[0], phone=object())], "items[0].phone"),  # type: ignore[arg-type]
+    ]
+    for items, param in cases:
+        with pytest.raises(InvalidRequestError) as caught:
+            client.disburse.create_bulk(items=items, mode="each")
+        assert caught.value.param == param, caught.value.message
+    assert script.requests == []
+
+
+def test_get_bulk_sends_the_page_and_reads_it() -> None:
+    page = attrs.evolve(BATCH, items=BATCH.items[2:], has_more=False)
+    script = Script(answer(200, server_wire.batch_json(page)))
+    client, _ = script.client()
+    assert client.disburse.get_bulk(BATCH.id, limit=2, starting_after=1) == page
+    client.disburse.get_bulk("bat_1/../x")
+    first, second = script.requests
+    assert (first.method, first.url.path, str(first.url.params)) == (
+        "GET",
+        f"/v1/disburse/bulk/{BATCH.id}",
+        "limit=2&startingAfter=1",
+    )
+    assert first.headers.get("idempotency-key") is None
+    assert second.url.raw_path == b"/v1/disburse/bulk/bat_1%2F..%2Fx?limit=20"
+    with pytest.raises(InvalidRequestError) as caught:
+        client.disburse.get_bulk(BATCH.id, starting_after="1")  # type: ignore[arg-type]
+    assert caught.value.param == "starting_after" and len(script.requests) == 2
+
+
+def test_batch_refused_is_the_librarys_exception_as_the_embedded_core_builds_it() -> None:
+    outcomes = [
+        BatchItem(0, "a", payout=BatchPayout("PO-1", PayoutStatus.PENDING, False)),
+        BatchItem(1, "b", error=LONG_NAME),
+        BatchItem(2, "c", error=SHORT),
+    ]
+    embedded = embedded_refusal(outcomes)
+    served = server_wire.batch_refused(embedded)  # what the server answers: the wire's names
+    assert "recipientName" in served.message and "recipientName" in wire.dumps(served.to_dict())
+    script = Script(error(422, **served.to_dict()))
+    client, _ = script.client()
+    with pytest.raises(BatchRefusedError) as caught:
+        client.disburse.create_bulk(items=ITEMS, mode="all")
+    raised = caught.value
+    assert (raised.message, raised.param, raised.details, raised.items) == (
+        embedded.message,
+        embedded.param,
+        embedded.details,
+        embedded.items,
+    )
+    assert raised.items[1].error is not None and raised.items[1].error.details is not None
+    assert type(raised.items[1].error.details["available"]) is Decimal
+    assert (raised.http_status, raised.request_id) == (422, "req_" + "b" * 24)
+    assert len(script.requests) == 1  # a refusal is not retried
+
+    unreadable = remote.error_from(
+        422, {}, wire.dumps({"code": "BATCH_REFUSED", "message": "No.", "details": {"items": [1]}}).encode()
+    )
+    assert type(unreadable) is UnexpectedResponseError and unreadable.code == "BATCH_REFUSED"
+
+
+def test_a_batch_count_in_details_is_not_money() -> None:
+    raised = remote.error_from(
+        400,
+        {},
+        wire.dumps(
+            {
+                "code": "INVALID_REQUEST",
+                "message": "A batch holds at most 1,000 items.",
+                "param": "items[1000]",
+                "details": {"index": 1000, "maximum": 1000, "count": 1001},
+            }
+        ).encode(),
+    )
+    assert raised.param == "items[1000]" and raised.details is not None
+    assert type(raised.details["maximum"]) is int
+
+
 # --- the async client ------------------------------------------------------------------------------
 
 
@@ -493,11 +656,18 @@ def test_the_async_client_retries_and_reads_the_same() -> None:
             client._sleep = sleep
             payout = await client.disburse.create(amount=Decimal("12.50"), currency="GHS", phone="241234567")
             listed = [p.reference async for p in await client.disburse.list(limit=1)]
+            made = await client.disburse.create_bulk(items=ITEMS, mode="each", idempotency_key="run-1")
+            read = await client.disburse.get_bulk(BATCH.id, starting_after=3)
+        assert made == read == BATCH
         return payout, listed, slept
 
+    script.answers += [answer(201, server_wire.batch_json(BATCH)), answer(200, server_wire.batch_json(BATCH))]
     payout, listed, slept = asyncio.run(run())
     assert payout == PAYOUT and listed == [PAYOUT.reference] and len(slept) == 1
     assert len(set(script.keys()[:2])) == 1 and script.keys()[0] is not None
+    bulk, page = script.requests[-2:]
+    assert (bulk.url.path, bulk.headers["idempotency-key"]) == ("/v1/disburse/bulk", "run-1")
+    assert str(page.url.params) == "limit=20&startingAfter=3"
 
 
 def test_a_client_needs_an_address_and_a_key() -> None:

@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from decimal import Decimal
 
 from paymentcore import (
+    BatchMode,
+    BatchRefusedError,
     Collection,
     EventDeliveryStatus,
     EventSummary,
@@ -17,6 +19,8 @@ from paymentcore import (
     LedgerItem,
     PaymentError,
     Payout,
+    PayoutBatch,
+    PayoutItem,
     PayoutStatus,
     construct_event,
 )
@@ -33,6 +37,26 @@ def amounts(client: Client) -> list[Payout | Collection]:
         d.create(amount=Decimal("2500"), currency="XAF", phone=PHONE, idempotency_key="order-42"),
         client.collect.checkout(amount=Decimal("9.99"), currency="USD"),
     ]
+
+
+def bulk(client: Client, items: list[PayoutItem]) -> PayoutBatch:
+    d = client.disburse
+    exact = PayoutItem(amount=Decimal("25.00"), currency="GHS", phone="241234567", merchant_reference="s-1")
+    made = d.create_bulk(items=[exact], mode="each")
+    try:
+        d.create_bulk(items=items, mode=BatchMode.ALL, idempotency_key="payroll-11")
+    except BatchRefusedError as refused:
+        for item in refused.items:
+            if item.error is not None:
+                print(item.index, item.merchant_reference, item.error.exception())
+    page = d.get_bulk(made.id, limit=100, starting_after=made.items[-1].index)
+    print(page.totals[0].amount + Decimal("0.5"), page.has_more)
+    return page
+
+
+async def async_bulk(client: AsyncClient, items: list[PayoutItem]) -> None:
+    batch = await client.disburse.create_bulk(items=items, mode="all")
+    print(batch.id)
 
 
 def missing_and_extra_arguments(client: Client, reference: str) -> list[object]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from paymentcore import PaymentError, Payout, PayoutStatus
+from paymentcore import BatchMode, PaymentError, Payout, PayoutItem, PayoutStatus
 from paymentcore.client import AsyncClient, Client
 
 PHONE = "690000000"
@@ -23,6 +23,22 @@ def amounts(client: Client) -> None:
     d.create(amount="2500", currency="XAF", phone=PHONE)  # expect: arg-type
     d.create(amount=Decimal("2500"), currency="XAF", phone=PHONE, idempotency_key=42)  # expect: arg-type
     client.collect.checkout(amount=9.99, currency="USD")  # expect: arg-type
+
+
+def bulk(client: Client, items: list[PayoutItem]) -> None:
+    d = client.disburse
+    item = PayoutItem(amount=25.0, currency="XAF", phone=PHONE, merchant_reference="s")  # expect: arg-type
+    d.create_bulk(items=[item], mode="each")
+    d.create_bulk(items=items)  # expect: call-arg
+    d.create_bulk(items=items, mode=BatchMode.EACH, idempotency_key=7)  # expect: arg-type
+    d.get_bulk("bat_1", starting_after="PO-1")  # expect: arg-type
+    batch = d.get_bulk("bat_1")
+    print(batch.totals[0].amount + 0.5)  # expect: operator
+
+
+async def async_bulk(client: AsyncClient, items: list[PayoutItem]) -> None:
+    batch = client.disburse.create_bulk(items=items, mode="all")
+    print(batch.id)  # expect: attr-defined
 
 
 def missing_and_extra_arguments(client: Client, mid: str, reference: str) -> None:
