@@ -410,6 +410,7 @@ def bulk_records(db: Path, count: int, merchant_id: str, now: int) -> list[str]:
             yield (
                 f"PO-{at}-{_suffix(i)}", owner(i), "PAID", AMOUNT, CURRENCY, PAYOUT_PHONE, "CM", "mtn_cm",
                 None, f"bulk-{i}", 0, at, at + 5_000, f"SBX{i:016X}", None, at + 100, None, "POSTED",
+                None, None,
             )  # fmt: skip
 
     def entries() -> Iterator[tuple[Any, ...]]:
@@ -427,7 +428,7 @@ def bulk_records(db: Path, count: int, merchant_id: str, now: int) -> list[str]:
         conn.execute("BEGIN")
         for sql, rows in (
             ("INSERT INTO collections VALUES (" + ", ".join("?" * 24) + ")", collections()),
-            ("INSERT INTO payouts VALUES (" + ", ".join("?" * 18) + ")", payouts()),
+            ("INSERT INTO payouts VALUES (" + ", ".join("?" * 20) + ")", payouts()),
             ("INSERT INTO ledger_entries VALUES (?, ?, ?, ?, ?, ?, ?)", entries()),
             ("INSERT INTO idempotency VALUES (?, ?, ?, ?, ?, ?)", idempotency()),
         ):
@@ -452,13 +453,14 @@ def bulk_window_payouts(db: Path, count: int, merchant_id: str, now: int) -> Non
             yield (
                 f"PO-{at}-{_suffix(i)}", merchant_id, "PAID", AMOUNT, CURRENCY, PAYOUT_PHONE, "CM", "mtn_cm",
                 None, f"window-{i}", 0, at, at + 5_000, f"SBX{i:016X}", None, at + 100, None, "POSTED",
+                None, None,
             )  # fmt: skip
 
     conn = _bulk_connection(db)
     try:
         conn.execute("BEGIN")
         for chunk in _chunks(rows()):
-            conn.executemany("INSERT INTO payouts VALUES (" + ", ".join("?" * 18) + ")", chunk)
+            conn.executemany("INSERT INTO payouts VALUES (" + ", ".join("?" * 20) + ")", chunk)
         conn.execute("COMMIT")
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         conn.execute("ANALYZE")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import getpass
 import logging
-import math
 import os
 import signal
 import sqlite3
@@ -450,17 +449,6 @@ def describe_db(db: str) -> str:
     return f"{scheme}://{user}@{host}" if user else f"{scheme}://{host}"
 
 
-def _seconds(text: str) -> float:
-    """A number of seconds a person typed: finite, 0 or more, at most a day."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not math.isfinite(value) or not 0 <= value <= 86_400:
-        raise argparse.ArgumentTypeError(f"seconds must be between 0 and 86400, not {text!r}")
-    return value
-
-
 def _sandbox_hang_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--sandbox-hang",
@@ -472,7 +460,7 @@ def _sandbox_hang_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--sandbox-hang-seconds",
-        type=_seconds,
+        type=_sandbox_delay,
         default=30.0,
         help="how long a hanging sandbox call blocks before failing as unanswered (default 30)",
     )
