@@ -21,8 +21,6 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-import attrs
-
 # The stored records of operators, sessions and audit entries live with the other records (ports.py
 # names them without importing this module); they stay importable from here.
 from paymentcore._models import (
