@@ -22,8 +22,6 @@ KNOWN_CYCLE_EDGES = frozenset(
         ("paymentcore.errors", "paymentcore._records"),
         # typing only: the overview's pages take the Console whose methods call them
         ("paymentcore_server._console_overview", "paymentcore_server.console"),
-        # lazy in create_app: the checkout pages use the app's error response and middleware
-        ("paymentcore_server.app", "paymentcore_server.page"),
     }
 )
 
