@@ -20,8 +20,6 @@ KNOWN_CYCLE_EDGES = frozenset(
         # typing only: BatchRefusedError.items is typed as the records' BatchItem, whose ItemError
         # builds the exception from the error classes
         ("paymentcore.errors", "paymentcore._records"),
-        # typing only: the overview's pages take the Console whose methods call them
-        ("paymentcore_server._console_overview", "paymentcore_server.console"),
     }
 )
 
