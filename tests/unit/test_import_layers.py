@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import grimp
@@ -86,6 +87,15 @@ def test_the_import_linter_contracts_hold() -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "0 broken" in done.stdout and "4 kept" in done.stdout, done.stdout
+
+
+def test_the_server_contract_names_every_private_module_of_the_library() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    contracts = config["tool"]["importlinter"]["contracts"]
+    (server,) = [c for c in contracts if c["source_modules"] == ["paymentcore_server"]]
+    private = {f"paymentcore.{path.stem}" for path in (ROOT / "paymentcore").glob("_*.py")}
+    private.discard("paymentcore.__init__")
+    assert set(server["forbidden_modules"]) == private
 
 
 def test_the_packages_have_no_import_cycle() -> None:
