@@ -442,3 +442,41 @@ class IdempotencyRecord:
     created_at: int
     status_code: int | None = None  # None while the first request is still running
     body: str | None = None  # the JSON answered
+
+
+@attrs.frozen
+class StoredOperator:
+    """A person who may sign in to the console. Only the SHA-256 of the sign-in token is kept."""
+
+    id: str
+    name: str
+    token_hash: str
+    revoked: bool
+    created_at: int
+
+
+@attrs.frozen
+class StoredSession:
+    """A signed-in console session, kept in the database so that every server process shares it.
+
+    Only the SHA-256 of the session secret (the cookie's value) is kept.
+    """
+
+    id: str
+    operator_id: str
+    token_hash: str
+    created_at: int
+    last_seen_at: int
+
+
+@attrs.frozen
+class StoredAuditEntry:
+    """One operator action: written with its effect, never changed or removed."""
+
+    id: str
+    at: int  # milliseconds since the epoch
+    actor: str  # op_..., cli:<os user>, library, or what a library caller named
+    action: str  # payout.release, merchant.suspend, key.create, ...
+    subject: str  # the record acted on: a payout reference, a merchant, key or operator id, "platform"
+    state_before: dict[str, Any] | None  # None when the action created the record
+    state_after: dict[str, Any] | None

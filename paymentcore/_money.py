@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from decimal import Decimal, InvalidOperation
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import attrs
 
@@ -20,8 +20,20 @@ from paymentcore.errors import (
     InvalidRequestError,
 )
 
-if TYPE_CHECKING:
-    from paymentcore.catalogue import Currency
+
+class CurrencyBounds(Protocol):
+    """What the amount rules read of a currency (``paymentcore.catalogue.Currency`` has it): a
+    structural type, so that this module stays below the catalogue, which imports it."""
+
+    @property
+    def code(self) -> str: ...
+    @property
+    def decimals(self) -> int: ...
+    @property
+    def min_minor(self) -> int: ...
+    @property
+    def max_minor(self) -> int: ...
+
 
 # Far beyond any currency's maximum, small enough that Decimal work on it is cheap.
 _MAX_DIGITS = 30
@@ -115,11 +127,11 @@ def minor_to_decimal(minor: int, decimals: int) -> Decimal:
     return Decimal(minor).scaleb(-decimals)
 
 
-def to_decimal(minor: int, currency: Currency) -> Decimal:
+def to_decimal(minor: int, currency: CurrencyBounds) -> Decimal:
     return minor_to_decimal(minor, currency.decimals)
 
 
-def parse_amount(value: object, currency: Currency, *, param: str = "amount") -> int:
+def parse_amount(value: object, currency: CurrencyBounds, *, param: str = "amount") -> int:
     """Validate a JSON amount for ``currency`` and return its minor units.
 
     Refuses booleans, strings, null and other non-numbers (INVALID_REQUEST), non-finite and non-positive

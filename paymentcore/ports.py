@@ -17,7 +17,6 @@ from typing import Protocol
 
 import attrs
 
-from paymentcore._audit import StoredAuditEntry, StoredOperator, StoredSession
 from paymentcore._models import (
     ApiKey,
     Balance,
@@ -35,6 +34,9 @@ from paymentcore._models import (
     PayoutLimits,
     PayoutStatus,
     Settings,
+    StoredAuditEntry,
+    StoredOperator,
+    StoredSession,
     WebhookEndpoint,
 )
 

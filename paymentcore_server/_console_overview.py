@@ -21,17 +21,35 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import TYPE_CHECKING
+from typing import Protocol
 from urllib.parse import quote, urlencode
 
 from starlette.requests import Request
 
-from paymentcore import Activity, CollectionStatus, HourCounts, PayoutStatus, QueueTotal
+from paymentcore import Activity, CollectionStatus, HourCounts, PaymentCore, PayoutStatus, QueueTotal
 from paymentcore_server._charts import Series, hourly_chart
 from paymentcore_server._console_html import attr, moment, table, text
 
-if TYPE_CHECKING:
-    from paymentcore_server.console import Console, Signed
+
+class ConsoleView(Protocol):
+    """What the pages use of ``paymentcore_server.console.Console``, which calls them: a structural type,
+    so that this module does not import the console back."""
+
+    @property
+    def core(self) -> PaymentCore: ...
+    def _names(self) -> dict[str, str]: ...
+    def _amount(self, value: Decimal, currency: str) -> str: ...
+    def _merchant_cell(self, merchant_id: str, names: Mapping[str, str]) -> str: ...
+    def _payout_link(self, reference: str) -> str: ...
+    def _status(self, status: PayoutStatus, /) -> str: ...
+    def _more(self, request: Request, has_more: bool, last: str | None, **keep: str) -> str: ...
+
+
+class SignedIn(Protocol):
+    """The signed-in operator of a request (``paymentcore_server.console.Signed``)."""
+
+    @property
+    def actor(self) -> str: ...
 
 __all__ = [
     "WORK_LABELS",
@@ -113,7 +131,7 @@ def _wait(seconds: float) -> str:
 
 
 def _activity_table(
-    console: Console, o_windows: Sequence[tuple[str, datetime, datetime, Sequence[Activity]]], kind: str
+    console: ConsoleView, o_windows: Sequence[tuple[str, datetime, datetime, Sequence[Activity]]], kind: str
 ) -> str:
     """One row per currency and window: created, amount, succeeded, failed, failed share; each figure a
     link to the list of the records behind it."""
@@ -152,7 +170,7 @@ def _activity_table(
     )
 
 
-def _waiting_table(console: Console, held: Sequence[QueueTotal], failed: Sequence[QueueTotal]) -> str:
+def _waiting_table(console: ConsoleView, held: Sequence[QueueTotal], failed: Sequence[QueueTotal]) -> str:
     currencies = sorted({t.currency for t in (*held, *failed)})
     rows = []
     for currency in currencies:
@@ -174,7 +192,7 @@ def _waiting_table(console: Console, held: Sequence[QueueTotal], failed: Sequenc
     )
 
 
-def overview_page(console: Console, who: Signed, request: Request) -> tuple[str, str, str | None]:
+def overview_page(console: ConsoleView, who: SignedIn, request: Request) -> tuple[str, str, str | None]:
     o = console.core.operator.overview()
     windows = [("Last hour", o.last_hour), ("Today", o.today)]
     payouts = [(name, w.start, w.end, w.payouts) for name, w in windows]
@@ -293,7 +311,7 @@ def _described(noun: str, filters: Mapping[str, str], path: str) -> str:
     return f"<p class='muted'>Every merchant's {noun}{which}, oldest first.{every}</p>"
 
 
-def payouts_list(console: Console, who: Signed, request: Request) -> tuple[str, str, str | None]:
+def payouts_list(console: ConsoleView, who: SignedIn, request: Request) -> tuple[str, str, str | None]:
     filters = _filters(request, [s.value for s in PayoutStatus])
     page_ = console.core.operator.payouts(
         status=filters.get("status"),
@@ -330,7 +348,7 @@ def payouts_list(console: Console, who: Signed, request: Request) -> tuple[str, 
     return "Payouts", content, None
 
 
-def collections_list(console: Console, who: Signed, request: Request) -> tuple[str, str, str | None]:
+def collections_list(console: ConsoleView, who: SignedIn, request: Request) -> tuple[str, str, str | None]:
     filters = _filters(request, [s.value for s in CollectionStatus])
     page_ = console.core.operator.collections(
         status=filters.get("status"),
@@ -371,7 +389,7 @@ def collections_list(console: Console, who: Signed, request: Request) -> tuple[s
     return "Collections", content, None
 
 
-def work_list(console: Console, who: Signed, request: Request) -> tuple[str, str, str | None]:
+def work_list(console: ConsoleView, who: SignedIn, request: Request) -> tuple[str, str, str | None]:
     kind = request.path_params["kind"]
     items = console.core.operator.due_work(kind, limit=100)
     names = console._names()

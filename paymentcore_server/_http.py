@@ -23,7 +23,7 @@ from typing import Any
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from paymentcore import wire
-from paymentcore_server.app import HEADERS_TOO_LARGE
+from paymentcore_server._edge import HEADERS_TOO_LARGE
 
 __all__ = ["H11", "NOT_HTTP", "http_protocol", "new_request_id", "refusal"]
 

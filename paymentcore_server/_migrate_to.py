@@ -52,7 +52,7 @@ def report_json(report: TransferReport, target: str) -> dict[str, Any]:
 
 def cmd_migrate_to(args: argparse.Namespace) -> int:
     from paymentcore.transfer import TransferError, copy_sqlite_to_postgresql  # psycopg: only now
-    from paymentcore_server.cli import describe_db, is_database_url
+    from paymentcore_server._dburl import describe_db, is_database_url
 
     if is_database_url(args.db):
         return _refuse("--db names the SQLite database to copy from, not a PostgreSQL URL")

@@ -37,6 +37,7 @@ from paymentcore.config import Config
 from paymentcore.errors import NotFoundError, PaymentError
 from paymentcore.ports import StoreUnavailableError
 from paymentcore_server._console_text import human_lines, json_line, visible
+from paymentcore_server._dburl import describe_db, is_database_url
 from paymentcore_server._migrate_to import add_migrate_parser, cmd_migrate_to
 from paymentcore_server._wire import (
     allowance_json,
@@ -430,23 +431,6 @@ def open_core(
     if is_database_url(args.db):
         return PaymentCore.postgresql(args.db, **kwargs)
     return PaymentCore.sqlite(Path(args.db), synchronous=getattr(args, "synchronous", "FULL"), **kwargs)
-
-
-def is_database_url(db: str) -> bool:
-    """``--db postgresql://...`` (or ``postgres://...``) selects PostgreSQL; anything else is SQLite."""
-    return db.startswith(("postgresql://", "postgres://"))
-
-
-def describe_db(db: str) -> str:
-    """The database for a log line: a URL without its password."""
-    if not is_database_url(db):
-        return db
-    scheme, _, rest = db.partition("://")
-    credentials, at, host = rest.rpartition("@")
-    if not at:
-        return db
-    user = credentials.split(":", 1)[0]
-    return f"{scheme}://{user}@{host}" if user else f"{scheme}://{host}"
 
 
 def _sandbox_hang_flags(parser: argparse.ArgumentParser) -> None:

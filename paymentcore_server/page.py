@@ -27,7 +27,7 @@ from paymentcore import CheckoutView, CollectionStatus, PaymentCore, PaymentOpti
 from paymentcore.adapters.sandbox import SandboxNetwork
 from paymentcore.catalogue import Catalogue, Currency
 from paymentcore.errors import NotFoundError, PaymentError
-from paymentcore_server.app import error_response, read_body
+from paymentcore_server._edge import error_response, read_body
 from paymentcore_server.errors import BodyTooLargeError
 
 __all__ = [
@@ -448,8 +448,8 @@ def checkout_app(core: PaymentCore) -> Starlette:
     No API route is served and no background work is started: the embedding app runs the worker
     (``core.start_worker()``) or calls ``core.tick()`` itself.
     """
+    from paymentcore_server._edge import RequestIdMiddleware, http_error_handler
     from paymentcore_server._routing import install_routing
-    from paymentcore_server.app import RequestIdMiddleware, http_error_handler
 
     app = Starlette(routes=page_routes(core), exception_handlers={HTTPException: http_error_handler})
     install_routing(app)

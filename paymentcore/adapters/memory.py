@@ -16,7 +16,6 @@ from typing import Any, TypeVar
 
 import attrs
 
-from paymentcore._audit import StoredAuditEntry, StoredOperator, StoredSession
 from paymentcore._models import (
     ApiKey,
     Balance,
@@ -34,6 +33,9 @@ from paymentcore._models import (
     PayoutLimits,
     PayoutStatus,
     Settings,
+    StoredAuditEntry,
+    StoredOperator,
+    StoredSession,
     WebhookEndpoint,
 )
 from paymentcore._queries import (

@@ -41,7 +41,6 @@ import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from paymentcore import wire
-from paymentcore._audit import StoredAuditEntry, StoredOperator, StoredSession
 from paymentcore._models import (
     ApiKey,
     Balance,
@@ -60,6 +59,9 @@ from paymentcore._models import (
     PayoutLimits,
     PayoutStatus,
     Settings,
+    StoredAuditEntry,
+    StoredOperator,
+    StoredSession,
     WebhookEndpoint,
 )
 from paymentcore._queries import (

@@ -33,7 +33,6 @@ import attrs
 import sqlite_utils
 
 from paymentcore import wire
-from paymentcore._audit import StoredAuditEntry, StoredOperator, StoredSession
 from paymentcore._models import (
     ApiKey,
     Balance,
@@ -52,6 +51,9 @@ from paymentcore._models import (
     PayoutLimits,
     PayoutStatus,
     Settings,
+    StoredAuditEntry,
+    StoredOperator,
+    StoredSession,
     WebhookEndpoint,
 )
 from paymentcore._queries import (
