@@ -70,14 +70,8 @@ def payouts_in_due_order(due: Iterable[Payout]) -> list[Payout]:
     merchant who sends a batch of 1,000 payouts then takes one place in each round, not the first 1,000
     places, so another merchant's single payout is worked next, not after the batch.
     """
-    turns: dict[str, int] = {}
-    ranked = []
-    for payout in sorted(due, key=payout_due_order):
-        turn = turns.get(payout.merchant_id, 0)
-        turns[payout.merchant_id] = turn + 1
-        ranked.append((turn, payout_due_order(payout), payout))
-    ranked.sort(key=lambda entry: (entry[0], entry[1]))
-    return [payout for _, _, payout in ranked]
+    ordered = sorted(due, key=payout_due_order)
+    return in_turns(ordered, lambda payout: payout.merchant_id, len(ordered))
 
 
 #: A batch's payouts in these statuses are still open: the batch completes when none is left. The

@@ -21,6 +21,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import attrs
 
+from paymentcore._queries import in_turns
 from paymentcore.ports import Clock, Store, Transaction
 
 __all__ = ["LANE_DEPTH", "Due", "Pump", "Runner", "Task"]
@@ -109,10 +110,6 @@ class Runner(Generic[ClaimT, OutcomeT]):
         self._acting: dict[str, _Hold] = {}  # items whose action is under way here, and their leases
         self._acting_lock = threading.Lock()
         self._renewer: threading.Thread | None = None
-
-    @property
-    def lease_ms(self) -> int:
-        return self._lease_ms
 
     def run_due(self, limit: int) -> int:
         """Work every due item once; returns how many were due."""
@@ -362,7 +359,7 @@ class Pump:
         if not self._listed or moment - self._listed_at >= self._interval:
             due = self._runner.due(self._scan)
             self._queued = len(due)
-            self._listed = _round_robin(due)
+            self._listed = in_turns(due, lambda item: item.lane, len(due))  # each lane's first, ...
             self._listed_at = moment
         started: list[Due] = []
         waiting: list[Due] = []
@@ -458,19 +455,3 @@ class Pump:
                 else:
                     lane.suspect = True
             self._wake.set()
-
-
-def _round_robin(items: Sequence[Due]) -> list[Due]:
-    """The items in turn order: every lane's first item (lanes in order of first appearance), then
-    every lane's second, and so on."""
-    lanes: dict[str, list[Due]] = {}
-    for item in items:
-        lanes.setdefault(item.lane, []).append(item)
-    queues = list(lanes.values())
-    order: list[Due] = []
-    depth = 0
-    while queues:
-        queues = [queue for queue in queues if len(queue) > depth]
-        order.extend(queue[depth] for queue in queues)
-        depth += 1
-    return order
