@@ -5,7 +5,7 @@
   10^6 a minute and an hour, collections to read, payouts to replay;
 - :func:`compare_payouts`: ``core.disburse.create`` against a hand-written sqlite3 transaction doing the
   same writes, with the same durability;
-- :func:`compare_signing`: ``paymentcore._signing.signature`` against bare ``hmac.digest``;
+- :func:`compare_signing`: ``paymentcore._domain.signing.signature`` against bare ``hmac.digest``;
 - :func:`growth_records` and :func:`growth_windows`: the per-call cost of a read by reference and of a
   payout with few versus many stored rows (rows written straight into the schema with executemany).
 """
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from paymentcore import Config, PaymentCore, Payout
-from paymentcore._signing import signature
+from paymentcore._domain.signing import signature
 from paymentcore.testing import fund
 
 CURRENCY = "XAF"

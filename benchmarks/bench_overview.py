@@ -34,7 +34,7 @@ from typing import Any
 from urllib.parse import quote
 
 from paymentcore import Config, PaymentCore
-from paymentcore._models import (
+from paymentcore._domain.models import (
     Collection,
     CollectionKind,
     CollectionStatus,

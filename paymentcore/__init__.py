@@ -9,75 +9,8 @@ take typed keyword arguments and return frozen records (:class:`Payout`, :class:
 Importing this package starts nothing and loads no web framework or HTTP client.
 """
 
-from paymentcore._access import Principal, RateState
-from paymentcore._audit import DEFAULT_ACTOR
-from paymentcore._bootstrap import PaymentCore
-from paymentcore._collect import CheckoutView, PaymentOption
-from paymentcore._events import WebhookEvent, construct_event
-from paymentcore._ledger import LedgerInvariantError
-from paymentcore._models import (
-    ApiKey,
-    Balance,
-    BatchMode,
-    CollectionKind,
-    CollectionStatus,
-    Merchant,
-    MerchantStatus,
-    PayoutLimits,
-    PayoutStatus,
-    Scope,
-    Settings,
-    WebhookEndpoint,
-)
-from paymentcore._operator import UNSET, CreatedKey
-from paymentcore._overview import (
-    Activity,
-    ActivityWindow,
-    DueItem,
-    HourCounts,
-    Overview,
-    QueueTotal,
-    TroubledEndpoint,
-)
-from paymentcore._records import (
-    AuditEntry,
-    BatchItem,
-    BatchPayout,
-    BatchProgress,
-    BatchStatus,
-    BatchTotal,
-    Collection,
-    ConsoleSession,
-    CreatedOperator,
-    EventDelivery,
-    EventDeliveryStatus,
-    EventRecord,
-    EventSummary,
-    ItemError,
-    LedgerItem,
-    LedgerItemType,
-    MerchantBalance,
-    OperatorAccount,
-    OperatorBatch,
-    OperatorCollection,
-    OperatorPayout,
-    Page,
-    Payout,
-    PayoutAllowance,
-    PayoutBatch,
-    PayoutItem,
-    SignedIn,
-    WebhookRegistration,
-    WebhookSettings,
-    from_ms,
-)
-from paymentcore._signing import WebhookVerificationError, verify_webhook
-from paymentcore.adapters.clock import FakeClock, RandomReferences, SystemClock
-from paymentcore.adapters.memory import MemoryStore
-from paymentcore.adapters.sandbox import SandboxNetwork
-from paymentcore.catalogue import Catalogue, StaticExchangeRates
-from paymentcore.config import Config
-from paymentcore.errors import (
+from paymentcore._domain.catalogue import Catalogue, StaticExchangeRates
+from paymentcore._domain.errors import (
     HTTP_STATUS,
     AccessError,
     AmountError,
@@ -114,6 +47,73 @@ from paymentcore.errors import (
     UnknownCurrencyError,
     UnknownProviderError,
 )
+from paymentcore._domain.events import WebhookEvent, construct_event
+from paymentcore._domain.models import (
+    ApiKey,
+    Balance,
+    BatchMode,
+    CollectionKind,
+    CollectionStatus,
+    Merchant,
+    MerchantStatus,
+    PayoutLimits,
+    PayoutStatus,
+    Scope,
+    Settings,
+    WebhookEndpoint,
+)
+from paymentcore._domain.records import (
+    AuditEntry,
+    BatchItem,
+    BatchPayout,
+    BatchProgress,
+    BatchStatus,
+    BatchTotal,
+    Collection,
+    ConsoleSession,
+    CreatedOperator,
+    EventDelivery,
+    EventDeliveryStatus,
+    EventRecord,
+    EventSummary,
+    ItemError,
+    LedgerItem,
+    LedgerItemType,
+    MerchantBalance,
+    OperatorAccount,
+    OperatorBatch,
+    OperatorCollection,
+    OperatorPayout,
+    Page,
+    Payout,
+    PayoutAllowance,
+    PayoutBatch,
+    PayoutItem,
+    SignedIn,
+    WebhookRegistration,
+    WebhookSettings,
+    from_ms,
+)
+from paymentcore._domain.signing import WebhookVerificationError, verify_webhook
+from paymentcore._root.core import PaymentCore
+from paymentcore._services.access import Principal, RateState
+from paymentcore._services.audit import DEFAULT_ACTOR
+from paymentcore._services.collect import CheckoutView, PaymentOption
+from paymentcore._services.ledger import LedgerInvariantError
+from paymentcore._services.operator import UNSET, CreatedKey
+from paymentcore._services.overview import (
+    Activity,
+    ActivityWindow,
+    DueItem,
+    HourCounts,
+    Overview,
+    QueueTotal,
+    TroubledEndpoint,
+)
+from paymentcore.adapters.clock import FakeClock, RandomReferences, SystemClock
+from paymentcore.adapters.memory import MemoryStore
+from paymentcore.adapters.sandbox import SandboxNetwork
+from paymentcore.config import Config
 from paymentcore.observe import Observer, WorkBacklog
 
 __all__ = [

@@ -28,10 +28,18 @@ from urllib.parse import quote
 
 import attrs
 
-from paymentcore import wire
-from paymentcore._events import CURRENT_NAMES
-from paymentcore._models import BatchMode, CollectionKind, CollectionStatus, PayoutStatus
-from paymentcore._records import (
+from paymentcore._domain import wire as wire
+from paymentcore._domain.errors import (
+    ALL_ERRORS,
+    BatchRefusedError,
+    InvalidRequestError,
+    PaymentError,
+    RateLimitedError,
+    ServerError,
+)
+from paymentcore._domain.events import CURRENT_NAMES
+from paymentcore._domain.models import BatchMode, CollectionKind, CollectionStatus, PayoutStatus
+from paymentcore._domain.records import (
     BatchItem,
     BatchPayout,
     BatchProgress,
@@ -52,14 +60,6 @@ from paymentcore._records import (
     PayoutItem,
     WebhookRegistration,
     WebhookSettings,
-)
-from paymentcore.errors import (
-    ALL_ERRORS,
-    BatchRefusedError,
-    InvalidRequestError,
-    PaymentError,
-    RateLimitedError,
-    ServerError,
 )
 
 __all__ = [

@@ -42,8 +42,8 @@ import attrs
 import httpx
 
 from paymentcore import _remote as remote
-from paymentcore._models import BatchMode, CollectionKind, CollectionStatus, PayoutStatus
-from paymentcore._records import (
+from paymentcore._domain.models import BatchMode, CollectionKind, CollectionStatus, PayoutStatus
+from paymentcore._domain.records import (
     Collection,
     EventDeliveryStatus,
     EventRecord,

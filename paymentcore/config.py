@@ -1,4 +1,4 @@
-"""Configuration of a PaymentCore: what to build, not how (see ``paymentcore._bootstrap``)."""
+"""Configuration of a PaymentCore: what to build, not how (see ``paymentcore._root.core``)."""
 
 from __future__ import annotations
 

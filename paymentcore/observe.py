@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import attrs
 
-from paymentcore._models import CollectionStatus, PayoutStatus
+from paymentcore._domain.models import CollectionStatus, PayoutStatus
 
 __all__ = ["WORK_KINDS", "Observer", "WorkBacklog"]
 

@@ -17,7 +17,7 @@ from typing import Protocol
 
 import attrs
 
-from paymentcore._models import (
+from paymentcore._domain.models import (
     ApiKey,
     Balance,
     BatchTally,
@@ -110,7 +110,7 @@ class References(Protocol):
 
 # One small repository per aggregate, so a second engine implements a few small things rather than one
 # wide one. Which rows the ``due`` and ``spent`` queries select is defined once, in
-# ``paymentcore._queries``; an adapter finds those rows, it does not decide which they are.
+# ``paymentcore._domain.queries``; an adapter finds those rows, it does not decide which they are.
 #
 # The ``page`` methods list one merchant's records newest first: by ``created_at`` descending, ties
 # the last written first (the reverse of the order ``entries``/``list`` give), so a list is a stable
@@ -479,7 +479,7 @@ class DeliveryRepository(Protocol):
 
 
 class OperatorRepository(Protocol):
-    """The people who may sign in to the console (``paymentcore._audit.StoredOperator``)."""
+    """The people who may sign in to the console (``paymentcore._services.audit.StoredOperator``)."""
 
     def get(self, operator_id: str) -> StoredOperator | None: ...
     def by_hash(self, token_hash: str) -> StoredOperator | None: ...
@@ -538,7 +538,7 @@ class IdempotencyRepository(Protocol):
 
 
 class LeaseRepository(Protocol):
-    """Which items of background work a worker holds now (``paymentcore._work.Runner`` keeps them).
+    """Which items of background work a worker holds now (``paymentcore._services.work.Runner`` keeps them).
 
     A lease is taken with the claim and dropped with the recorded outcome; a worker that dies in between
     leaves it to run out. Counting the leases that have not run out tells how much work is in flight in
@@ -567,8 +567,8 @@ class RateRepository(Protocol):
 
     Requests are counted in buckets: the bucket of width ``width`` ms that holds ``at`` starts at
     ``at - at % width``. Which buckets make a window, and what a count allows, is decided by
-    ``paymentcore._access.RateLimiter``; the store keeps and sums the counts. In a write unit of work,
-    :meth:`buckets` also holds the key's counters until the unit of work ends, so two processes
+    ``paymentcore._services.access.RateLimiter``; the store keeps and sums the counts. In a write unit
+    of work, :meth:`buckets` also holds the key's counters until the unit of work ends, so two processes
     counting one key take turns (a unit of work that counts requests uses no other repository).
     """
 

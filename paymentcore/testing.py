@@ -26,8 +26,9 @@ server and httpx are imported then, never when this module is.
 
 Signatures and the two clocks. The core signs each delivery with *its* clock, and the kit's core runs
 on a :class:`FakeClock`, while the application under test verifies with the real one
-(:func:`~paymentcore._events.construct_event` and :func:`~paymentcore._signing.verify_webhook` default
-to ``time.time()``). The kit bridges the two honestly:
+(:func:`~paymentcore._domain.events.construct_event` and
+:func:`~paymentcore._domain.signing.verify_webhook` default to ``time.time()``). The kit bridges the two
+honestly:
 
 1. the kit's fake clock starts at the wall-clock time, so what the core signs is already fresh for a
    receiver on the real clock, and a test that moves the fake clock on by 301 s still sees a replay
@@ -58,12 +59,11 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from paymentcore import _ledger as ledger
-from paymentcore._bootstrap import PaymentCore
-from paymentcore._events import WebhookEvent, construct_event
-from paymentcore._models import Merchant, Scope
-from paymentcore._money import parse_json, parse_positive_minor
-from paymentcore._signing import (
+from paymentcore._domain.errors import PaymentError
+from paymentcore._domain.events import WebhookEvent, construct_event
+from paymentcore._domain.models import Merchant, Scope
+from paymentcore._domain.money import parse_json, parse_positive_minor
+from paymentcore._domain.signing import (
     EVENT_HEADER,
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
@@ -71,12 +71,13 @@ from paymentcore._signing import (
     signature,
     verify_webhook,
 )
-from paymentcore._signing import (
+from paymentcore._domain.signing import (
     header as _header,
 )
+from paymentcore._root.core import PaymentCore
+from paymentcore._services import ledger as ledger
 from paymentcore.adapters.clock import FakeClock
 from paymentcore.config import Config
-from paymentcore.errors import PaymentError
 from paymentcore.ports import (
     CollectionRequest,
     CollectionResult,

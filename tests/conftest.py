@@ -30,7 +30,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from paymentcore import Config, FakeClock, PaymentCore, wire
-from paymentcore._models import Merchant
+from paymentcore._domain.models import Merchant
 from paymentcore.adapters.memory import MemoryStore
 from paymentcore.adapters.sandbox import SandboxNetwork
 from paymentcore.adapters.sqlite import SqliteStore

@@ -1,7 +1,8 @@
 """The webhook sender over httpx: POST to the checked address, never anywhere else.
 
-The URL was checked (and its name resolved) once, by :func:`paymentcore._urlsafety.check_webhook_url`,
-which pinned the address in :class:`~paymentcore.ports.DeliveryTarget`. This sender connects to
+The URL was checked (and its name resolved) once, by
+:func:`paymentcore._services.urlsafety.check_webhook_url`, which pinned the address in
+:class:`~paymentcore.ports.DeliveryTarget`. This sender connects to
 ``target.address`` itself: the request line goes to the IP literal, the ``Host`` header carries the
 registered name, and for https the TLS handshake sends and verifies that name (``sni_hostname``). The
 host name is never looked up again, so a DNS answer that changes between check and delivery (DNS

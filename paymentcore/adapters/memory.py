@@ -2,7 +2,7 @@
 
 A unit of work holds the store's lock and writes into an overlay that is merged only on commit, so an
 exception anywhere inside leaves nothing behind, exactly as a rolled-back SQL transaction would. Which
-rows ``due`` and ``spent`` select is decided by the predicates of ``paymentcore._queries``.
+rows ``due`` and ``spent`` select is decided by the predicates of ``paymentcore._domain.queries``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import attrs
 
-from paymentcore._models import (
+from paymentcore._domain.models import (
     ApiKey,
     Balance,
     BatchTally,
@@ -38,7 +38,7 @@ from paymentcore._models import (
     StoredSession,
     WebhookEndpoint,
 )
-from paymentcore._queries import (
+from paymentcore._domain.queries import (
     BATCH_OPEN_STATUSES,
     collection_due_order,
     collection_due_since,

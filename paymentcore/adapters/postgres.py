@@ -18,7 +18,7 @@ Several API servers and workers, on several machines, share one database:
 
 Everything lives in the connection's current schema (the first of its ``search_path``), so one database
 can hold several independent stores (the tests give each test its own schema). Which rows ``due`` and
-``spent`` select is generated from ``paymentcore._queries``, as for SQLite.
+``spent`` select is generated from ``paymentcore._domain.queries``, as for SQLite.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ import attrs
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from paymentcore import wire
-from paymentcore._models import (
+from paymentcore._domain import wire as wire
+from paymentcore._domain.models import (
     ApiKey,
     Balance,
     BatchTally,
@@ -64,7 +64,7 @@ from paymentcore._models import (
     StoredSession,
     WebhookEndpoint,
 )
-from paymentcore._queries import (
+from paymentcore._domain.queries import (
     BATCH_OPEN_STATUSES,
     COLLECTION_CHECK_STATUSES,
     COLLECTION_EXPIRY_STATUSES,

@@ -7,7 +7,7 @@ columns (sqlite-utils would store a Decimal as REAL); CHECK constraints back the
 The schema is migrated forward with ``PRAGMA user_version``.
 
 Which rows ``due`` and ``spent`` select is not decided here: the SQL is generated from the status sets
-of ``paymentcore._queries`` (the queries below and the spend-bucket triggers of migration 2), the same
+of ``paymentcore._domain.queries`` (the queries below and the spend-bucket triggers of migration 2), the same
 definitions MemoryStore filters with.
 """
 
@@ -32,8 +32,8 @@ from typing import Any, TypeVar
 import attrs
 import sqlite_utils
 
-from paymentcore import wire
-from paymentcore._models import (
+from paymentcore._domain import wire as wire
+from paymentcore._domain.models import (
     ApiKey,
     Balance,
     BatchTally,
@@ -56,7 +56,7 @@ from paymentcore._models import (
     StoredSession,
     WebhookEndpoint,
 )
-from paymentcore._queries import (
+from paymentcore._domain.queries import (
     BATCH_OPEN_STATUSES,
     COLLECTION_CHECK_STATUSES,
     COLLECTION_EXPIRY_STATUSES,
@@ -82,7 +82,7 @@ __all__ = [
 T = TypeVar("T")
 
 
-# --- SQL generated from the definitions in paymentcore._queries ----------------------------------
+# --- SQL generated from the definitions in paymentcore._domain.queries ----------------------------------
 
 
 def _literals(values: Iterable[enum.Enum]) -> list[str]:

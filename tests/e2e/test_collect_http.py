@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from paymentcore import MerchantBalance
-from paymentcore._models import CollectionStatus
+from paymentcore._domain.models import CollectionStatus
 
 from conftest import Client
 from test_api_foundation import assert_error

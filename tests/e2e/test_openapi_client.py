@@ -36,7 +36,7 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 
 from paymentcore import FakeClock, PaymentCore
-from paymentcore._webhooks import LEGACY_NAMES
+from paymentcore._domain.event_types import LEGACY_NAMES
 from paymentcore.errors import ALL_CODES, HTTP_STATUS
 from paymentcore.testing import CapturedDelivery, CapturingSender, fund
 from paymentcore_server.app import create_app

@@ -39,7 +39,7 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from paymentcore import Config, FakeClock, PaymentCore, RandomReferences, SandboxNetwork
-from paymentcore._models import DeliveryStatus
+from paymentcore._domain.models import DeliveryStatus
 from paymentcore.adapters.httpx_sender import HttpxWebhookSender
 from paymentcore.testing import CapturingSender, fund, public_resolver
 from paymentcore_server.app import create_app

@@ -18,8 +18,8 @@ import attrs
 import psycopg
 import pytest
 
-from paymentcore._audit import StoredAuditEntry
-from paymentcore._models import LedgerEntry, LedgerLeg
+from paymentcore._domain.models import LedgerEntry, LedgerLeg
+from paymentcore._services.audit import StoredAuditEntry
 from paymentcore.adapters.postgres import MIGRATIONS as POSTGRES_MIGRATIONS
 from paymentcore.adapters.postgres import PostgresStore
 from paymentcore.adapters.sqlite import MIGRATIONS, SqliteStore

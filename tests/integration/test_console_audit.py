@@ -28,7 +28,7 @@ from paymentcore import (
     RateLimitedError,
     UnauthorizedError,
 )
-from paymentcore._audit import StoredAuditEntry, StoredOperator, StoredSession
+from paymentcore._services.audit import StoredAuditEntry, StoredOperator, StoredSession
 from paymentcore.adapters.postgres import MIGRATIONS as POSTGRES_MIGRATIONS
 from paymentcore.adapters.postgres import PostgresStore
 from paymentcore.adapters.sqlite import MIGRATIONS, SqliteStore

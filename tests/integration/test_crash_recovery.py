@@ -39,7 +39,7 @@ import httpx
 import pytest
 
 from paymentcore import PaymentCore
-from paymentcore._models import Scope
+from paymentcore._domain.models import Scope
 
 from conftest import HTTP_ENGINES, postgres_url  # type: ignore[import-not-found, unused-ignore]
 

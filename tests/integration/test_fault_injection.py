@@ -31,7 +31,7 @@ import attrs
 import pytest
 
 from paymentcore import Config, FakeClock, PaymentCore, Payout, RandomReferences
-from paymentcore._models import (
+from paymentcore._domain.models import (
     CollectionStatus,
     DeliveryStatus,
     Event,

@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from paymentcore._urlsafety import check_webhook_url
+from paymentcore._services.urlsafety import check_webhook_url
 from paymentcore.adapters.httpx_sender import HttpxWebhookSender
 from paymentcore.ports import DeliveryTarget, WebhookSender
 

@@ -18,8 +18,8 @@ import pytest
 
 import paymentcore
 from paymentcore import Payout
-from paymentcore import _ledger as ledger
-from paymentcore._models import Balance, PayoutStatus
+from paymentcore._domain.models import Balance, PayoutStatus
+from paymentcore._services import ledger as ledger
 from paymentcore.errors import InsufficientBalanceError
 
 FUNDED = 4000

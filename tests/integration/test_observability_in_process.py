@@ -31,7 +31,7 @@ from paymentcore import (
     PayoutStatus,
     WorkBacklog,
 )
-from paymentcore._models import Event
+from paymentcore._domain.models import Event
 from paymentcore.adapters.memory import MemoryStore
 from paymentcore.adapters.sqlite import SqliteStore
 from paymentcore.ports import Store, StoreReadOnlyError, StoreUnavailableError, Transaction

@@ -24,8 +24,8 @@ import psycopg
 import pytest
 
 from paymentcore import Config, PaymentCore
-from paymentcore._ledger import check_invariant
-from paymentcore._models import Balance, LedgerEntry, LedgerLeg, PayoutStatus
+from paymentcore._domain.models import Balance, LedgerEntry, LedgerLeg, PayoutStatus
+from paymentcore._services.ledger import check_invariant
 from paymentcore.adapters.postgres import MIGRATIONS, PostgresStore
 from paymentcore.adapters.sqlite import MIGRATIONS as SQLITE_MIGRATIONS
 from paymentcore.errors import InsufficientBalanceError, RateLimitedError

@@ -9,7 +9,7 @@ import attrs
 import hypothesis.strategies as st
 from hypothesis import given, settings
 
-from paymentcore._models import Payout, PayoutStatus
+from paymentcore._domain.models import Payout, PayoutStatus
 from paymentcore.adapters.sqlite import SqliteStore
 
 HOUR = 3_600_000

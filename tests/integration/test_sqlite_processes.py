@@ -19,8 +19,8 @@ from pathlib import Path
 import attrs
 import pytest
 
-from paymentcore._ledger import check_invariant
-from paymentcore._models import Balance, LedgerEntry, LedgerLeg
+from paymentcore._domain.models import Balance, LedgerEntry, LedgerLeg
+from paymentcore._services.ledger import check_invariant
 from paymentcore.adapters.sqlite import MIGRATIONS, SqliteStore
 
 MERCHANT = "m1"

@@ -22,7 +22,7 @@ import hypothesis.strategies as st
 import psycopg
 import pytest
 
-from paymentcore._models import (
+from paymentcore._domain.models import (
     PAYOUT_TRANSITIONS,
     ApiKey,
     Balance,
@@ -48,7 +48,7 @@ from paymentcore._models import (
     Settings,
     WebhookEndpoint,
 )
-from paymentcore._queries import (
+from paymentcore._domain.queries import (
     SPENT_STATUSES,
     UNSPENT_STATUSES,
     collection_due_order,
@@ -1037,7 +1037,7 @@ def test_both_adapters_list_merchants_created_in_one_millisecond_alike(tmp_path:
             each.close()
 
 
-# --- "counts as spent" and "is due" are defined once, in paymentcore._queries -----------------------
+# --- "counts as spent" and "is due" are defined once, in paymentcore._domain.queries -----------------------
 
 HOUR = 3_600_000
 # the text of every schema migration as existing SQLite files ran it: a migration never changes

@@ -13,8 +13,8 @@ import random
 import attrs
 from test_store_contract import NOW, collection, event  # type: ignore[import-not-found, unused-ignore]
 
-from paymentcore._models import CollectionStatus, DeliveryStatus
-from paymentcore._queries import collection_lane, event_lane, in_turns
+from paymentcore._domain.models import CollectionStatus, DeliveryStatus
+from paymentcore._domain.queries import collection_lane, event_lane, in_turns
 from paymentcore.ports import Store
 
 

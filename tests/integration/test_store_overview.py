@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 
-from paymentcore._models import (
+from paymentcore._domain.models import (
     Collection,
     CollectionKind,
     CollectionStatus,
@@ -26,7 +26,7 @@ from paymentcore._models import (
     Resolution,
     WebhookEndpoint,
 )
-from paymentcore._queries import (
+from paymentcore._domain.queries import (
     collection_due_since,
     collection_is_due,
     endpoint_is_troubled,

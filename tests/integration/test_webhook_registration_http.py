@@ -16,7 +16,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from paymentcore import Config, FakeClock, PaymentCore
-from paymentcore._render import iso
+from paymentcore._domain.render import iso
 from paymentcore.testing import CapturingSender, public_resolver
 from paymentcore_server.app import create_app
 

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from paymentcore import Config, FakeClock, PaymentCore
-from paymentcore._models import PayoutStatus, Resolution
+from paymentcore._domain.models import PayoutStatus, Resolution
 from paymentcore.errors import InvalidTransitionError, PaymentError
 from paymentcore.testing import CapturingSender, ManualNetwork, public_resolver
 

@@ -56,7 +56,7 @@ from paymentcore import (
     wire,
 )
 from paymentcore import _remote as remote
-from paymentcore._disburse import _refused as embedded_refusal
+from paymentcore._services.disburse import _refused as embedded_refusal
 from paymentcore.client import (
     ApiConnectionError,
     AsyncClient,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from paymentcore import Collection, CollectionStatus, Config, FakeClock, PaymentCore
-from paymentcore._models import COLLECTION_TRANSITIONS, check_transition
+from paymentcore._domain.models import COLLECTION_TRANSITIONS, check_transition
 from paymentcore.adapters.sandbox import SandboxNetwork
 from paymentcore.errors import InvalidRequestError, InvalidTransitionError, RecipientBusyError
 from paymentcore.testing import TestKit

@@ -18,8 +18,8 @@ from typing import Any
 import attrs
 import pytest
 
-from paymentcore._events import WebhookEvent, construct_event
-from paymentcore._signing import (
+from paymentcore._domain.events import WebhookEvent, construct_event
+from paymentcore._domain.signing import (
     EVENT_HEADER,
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,

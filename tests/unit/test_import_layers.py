@@ -20,7 +20,7 @@ KNOWN_CYCLE_EDGES = frozenset(
     {
         # typing only: BatchRefusedError.items is typed as the records' BatchItem, whose ItemError
         # builds the exception from the error classes
-        ("paymentcore.errors", "paymentcore._records"),
+        ("paymentcore._domain.errors", "paymentcore._domain.records"),
     }
 )
 
@@ -89,13 +89,26 @@ def test_the_import_linter_contracts_hold() -> None:
     assert "0 broken" in done.stdout and "4 kept" in done.stdout, done.stdout
 
 
-def test_the_server_contract_names_every_private_module_of_the_library() -> None:
+def test_the_server_contract_names_every_private_module_and_folder_of_the_library() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     contracts = config["tool"]["importlinter"]["contracts"]
-    (server,) = [c for c in contracts if c["source_modules"] == ["paymentcore_server"]]
+    (server,) = [c for c in contracts if c.get("source_modules") == ["paymentcore_server"]]
     private = {f"paymentcore.{path.stem}" for path in (ROOT / "paymentcore").glob("_*.py")}
+    private |= {f"paymentcore.{path.parent.name}" for path in (ROOT / "paymentcore").glob("_*/__init__.py")}
     private.discard("paymentcore.__init__")
     assert set(server["forbidden_modules"]) == private
+
+
+def test_every_module_of_the_library_sits_on_a_floor_or_is_public() -> None:
+    """The top of the package holds the public modules (and the client's and testing kit's private
+    halves); everything else lives in a floor folder that the layers contract names."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    (layers,) = [c for c in config["tool"]["importlinter"]["contracts"] if c["type"] == "layers"]
+    named = {name.strip() for layer in layers["layers"] for name in layer.replace("|", ":").split(":")}
+    folders = {f"paymentcore.{path.parent.name}" for path in (ROOT / "paymentcore").glob("*/__init__.py")}
+    assert folders - {"paymentcore.data"} <= named
+    top_private = sorted(path.stem for path in (ROOT / "paymentcore").glob("_*.py"))
+    assert top_private == ["__init__", "_kit_http", "_remote"]
 
 
 def test_the_packages_have_no_import_cycle() -> None:

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 
 from paymentcore import InvalidRequestError, LedgerItem, LedgerItemType, UnknownCurrencyError
-from paymentcore import _ledger as ledger
+from paymentcore._services import ledger as ledger
 from paymentcore.adapters.memory import MemoryStore
 from paymentcore.ports import Store
 from paymentcore.testing import TestKit

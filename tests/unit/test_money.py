@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from paymentcore import wire
-from paymentcore._money import apply_rate, fee_for, parse_amount, parse_json, to_decimal
+from paymentcore._domain.money import apply_rate, fee_for, parse_amount, parse_json, to_decimal
 from paymentcore.catalogue import Catalogue, Currency
 from paymentcore.errors import PaymentError
 
@@ -251,7 +251,7 @@ HUGE_IN_A_CHILD = """
 from decimal import Decimal
 from paymentcore.catalogue import Catalogue
 from paymentcore.errors import AmountTooLargeError
-from paymentcore._money import parse_amount, parse_json
+from paymentcore._domain.money import parse_amount, parse_json
 xaf = Catalogue.default().currency("XAF")
 for value in (10**400, Decimal("1E+999999999"), parse_json("1e999999999"), parse_json("9" * 5000)):
     try:

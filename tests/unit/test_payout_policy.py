@@ -6,10 +6,10 @@ from decimal import Decimal
 
 import pytest
 
-from paymentcore import _models as models
-from paymentcore import _policy
-from paymentcore._models import Merchant, MerchantStatus, PayoutLimits, Settings
-from paymentcore._policy import (
+from paymentcore._domain import models as models
+from paymentcore._domain import policy as _policy
+from paymentcore._domain.models import Merchant, MerchantStatus, PayoutLimits, Settings
+from paymentcore._domain.policy import (
     DAY_MS,
     REJECTED_REASON,
     REVIEW_REASON,

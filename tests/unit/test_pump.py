@@ -2,7 +2,7 @@
 
 Listing what is due reads (and decodes) up to ``scan`` rows; doing that for every item started made a
 worker with thousands of payouts due pay out about fifty a second. These tests drive a real
-:class:`paymentcore._work.Pump` over a runner whose work is instant and which counts its listings.
+:class:`paymentcore._services.work.Pump` over a runner whose work is instant and which counts its listings.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Sequence
 
-from paymentcore._work import Due, Pump, Runner
+from paymentcore._services.work import Due, Pump, Runner
 
 DEADLINE = 10.0
 

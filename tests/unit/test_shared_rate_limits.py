@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from paymentcore import FakeClock, PaymentCore
-from paymentcore._access import HOUR, MINUTE, RateLimiter, retry_after
+from paymentcore._services.access import HOUR, MINUTE, RateLimiter, retry_after
 from paymentcore.errors import RateLimitedError
 
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from paymentcore._signing import (
+from paymentcore._domain.signing import (
     EVENT_HEADER,
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,

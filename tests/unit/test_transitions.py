@@ -9,7 +9,7 @@ from typing import Any
 import attrs
 import pytest
 
-from paymentcore._models import (
+from paymentcore._domain.models import (
     COLLECTION_TRANSITIONS,
     PAYOUT_TRANSITIONS,
     Collection,

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from paymentcore._urlsafety import (
+from paymentcore._services.urlsafety import (
     MAX_URL_LENGTH,
     UnsafeUrlError,
     check_webhook_url,

@@ -22,8 +22,8 @@ from paymentcore import (
     WebhookSettings,
     WebhookVerificationError,
 )
-from paymentcore._models import DeliveryStatus, Event
-from paymentcore._signing import verify_webhook
+from paymentcore._domain.models import DeliveryStatus, Event
+from paymentcore._domain.signing import verify_webhook
 from paymentcore.ports import DeliveryResult, DeliveryTarget
 from paymentcore.testing import CapturedDelivery, CapturingSender, public_resolver
 

@@ -10,8 +10,8 @@ import enum
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from paymentcore._records import Page
-from paymentcore.errors import InvalidRequestError
+from paymentcore._domain.errors import InvalidRequestError
+from paymentcore._domain.records import Page
 
 __all__ = [
     "DEFAULT_LIMIT",

@@ -1,6 +1,6 @@
 """Paying money out: reservation, limits, review, dispatch and resolution.
 
-States (explicit table in :mod:`paymentcore._models`)::
+States (explicit table in :mod:`paymentcore._domain.models`)::
 
     PENDING --dispatched, accepted--> SENT --confirmed--> PAID
     PENDING/SENT --refused or failed--> FAILED (money stays reserved until resolved)
@@ -20,17 +20,25 @@ from typing import Any
 
 import attrs
 
-from paymentcore import _audit as audit
-from paymentcore import _ledger as ledger
-from paymentcore import _models as models
-from paymentcore import _render as render
-from paymentcore._audit import DEFAULT_ACTOR
-from paymentcore._deps import Deps, require_merchant
-from paymentcore._fields import optional_text, required_text, required_value
-from paymentcore._idempotency import Idempotency, check_key, fingerprint
-from paymentcore._models import BatchMode, BatchTally, Merchant, PayoutStatus, Settings
-from paymentcore._money import parse_amount, to_decimal
-from paymentcore._pages import (
+from paymentcore._domain import models as models
+from paymentcore._domain import render as render
+from paymentcore._domain.catalogue import Catalogue, Currency
+from paymentcore._domain.errors import (
+    BatchRefusedError,
+    CapabilityDisabledError,
+    IdempotencyKeyRequiredError,
+    InvalidRequestError,
+    InvalidTransitionError,
+    MerchantNotApprovedError,
+    NotFoundError,
+    PaymentError,
+    PayoutsNotConfiguredError,
+    ProviderBlockedError,
+)
+from paymentcore._domain.fields import optional_text, required_text, required_value
+from paymentcore._domain.models import BatchMode, BatchTally, Merchant, PayoutStatus, Settings
+from paymentcore._domain.money import parse_amount, to_decimal
+from paymentcore._domain.pages import (
     DEFAULT_LIMIT,
     check_cursor,
     check_limit,
@@ -39,7 +47,7 @@ from paymentcore._pages import (
     page_of,
     unknown_cursor,
 )
-from paymentcore._policy import (
+from paymentcore._domain.policy import (
     DAY_MS,
     REVIEW_REASON,
     WEEK_MS,
@@ -50,8 +58,8 @@ from paymentcore._policy import (
     effective_limits,
     held_for_review,
 )
-from paymentcore._queries import BATCH_OPEN_STATUSES, payout_is_due, payout_lane
-from paymentcore._records import (
+from paymentcore._domain.queries import BATCH_OPEN_STATUSES, payout_is_due, payout_lane
+from paymentcore._domain.records import (
     BatchItem,
     BatchPayout,
     BatchProgress,
@@ -71,20 +79,12 @@ from paymentcore._records import (
     load_batch,
     payout_from,
 )
-from paymentcore._work import Due, Runner
-from paymentcore.catalogue import Catalogue, Currency
-from paymentcore.errors import (
-    BatchRefusedError,
-    CapabilityDisabledError,
-    IdempotencyKeyRequiredError,
-    InvalidRequestError,
-    InvalidTransitionError,
-    MerchantNotApprovedError,
-    NotFoundError,
-    PaymentError,
-    PayoutsNotConfiguredError,
-    ProviderBlockedError,
-)
+from paymentcore._services import audit as audit
+from paymentcore._services import ledger as ledger
+from paymentcore._services.audit import DEFAULT_ACTOR
+from paymentcore._services.deps import Deps, require_merchant
+from paymentcore._services.idempotency import Idempotency, check_key, fingerprint
+from paymentcore._services.work import Due, Runner
 from paymentcore.ports import NetworkError, NetworkOutcome, PayoutRequest, PayoutResult, Transaction
 
 #: the most items a bulk request may hold
@@ -647,7 +647,7 @@ class Disburse:
     def release(self, reference: str, *, actor: str = DEFAULT_ACTOR) -> Payout:
         """Review release: the held payout goes to the network at once (SENT, or FAILED if refused).
 
-        ``actor`` is who releases it (see :mod:`paymentcore._audit`); the release is in the audit trail.
+        ``actor`` is who releases it (see :mod:`paymentcore._services.audit`); the release is audited.
         """
         deps = self._deps
         actor = audit.check_actor(actor)
@@ -722,7 +722,7 @@ class Disburse:
             after=audit.payout_state(after, cat),
         )
 
-    # --- the worker's part (a Task of paymentcore._work) -------------------------------------------
+    # --- the worker's part (a Task of paymentcore._services.work) -------------------------------------------
 
     def process_due(self, limit: int = 100) -> int:
         return self._runner.run_due(limit)

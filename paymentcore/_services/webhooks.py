@@ -26,14 +26,12 @@ from typing import Any
 
 import attrs
 
-from paymentcore import _audit as audit
-from paymentcore import wire
-from paymentcore._audit import DEFAULT_ACTOR
-from paymentcore._deps import Deps, require_merchant
-from paymentcore._fields import required_text
-from paymentcore._idempotency import Idempotency, check_key, fingerprint
-from paymentcore._models import Delivery, DeliveryStatus, Event, WebhookEndpoint
-from paymentcore._pages import (
+from paymentcore._domain import wire as wire
+from paymentcore._domain.errors import InvalidRequestError, NotFoundError
+from paymentcore._domain.event_types import CURRENT_OF, LEGACY_NAMES, UNRENAMED
+from paymentcore._domain.fields import required_text
+from paymentcore._domain.models import Delivery, DeliveryStatus, Event, WebhookEndpoint
+from paymentcore._domain.pages import (
     DEFAULT_LIMIT,
     check_cursor,
     check_limit,
@@ -41,8 +39,8 @@ from paymentcore._pages import (
     page_of,
     unknown_cursor,
 )
-from paymentcore._queries import event_is_due, event_lane
-from paymentcore._records import (
+from paymentcore._domain.queries import event_is_due, event_lane
+from paymentcore._domain.records import (
     EventDelivery,
     EventDeliveryStatus,
     EventRecord,
@@ -53,28 +51,21 @@ from paymentcore._records import (
     converter,
     from_ms,
 )
-from paymentcore._signing import (
+from paymentcore._domain.signing import (
     EVENT_HEADER,
     EVENT_ID_HEADER,
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
     signature,
 )
-from paymentcore._urlsafety import UnsafeUrlError, check_webhook_url
-from paymentcore._work import LANE_DEPTH, Due, Runner
-from paymentcore.errors import InvalidRequestError, NotFoundError
+from paymentcore._services import audit as audit
+from paymentcore._services.audit import DEFAULT_ACTOR
+from paymentcore._services.deps import Deps, require_merchant
+from paymentcore._services.idempotency import Idempotency, check_key, fingerprint
+from paymentcore._services.urlsafety import UnsafeUrlError, check_webhook_url
+from paymentcore._services.work import LANE_DEPTH, Due, Runner
 from paymentcore.ports import DeliveryResult, Transaction
 
-LEGACY_NAMES = {
-    "collect.succeeded": "payment.succeeded",
-    "collect.failed": "payment.failed",
-    "disburse.sent": "payout.sent",
-    "disburse.succeeded": "payout.paid",
-    "disburse.failed": "payout.failed",
-}
-CURRENT_OF = {legacy: current for current, legacy in LEGACY_NAMES.items()}
-#: events that came after the rename: one name, delivered as is to every endpoint
-UNRENAMED = ("disburse.bulk.completed",)
 DISABLED_REASON = "Disabled after {n} consecutive failed events."
 
 #: how a stored delivery status shows (an event skipped for want of an active endpoint has failed) ...
@@ -320,7 +311,7 @@ class Webhooks:
             self._idem.save(tx, merchant_id, key, print_, _dump_record(record), now)
             return record
 
-    # the Task of paymentcore._work: claim the event, send it, record the attempt
+    # the Task of paymentcore._services.work: claim the event, send it, record the attempt
 
     def due(self, tx: Transaction, now: int, limit: int) -> list[Due]:
         # a lane per endpoint (one per merchant), listed in turns: an endpoint with 10,000 events due

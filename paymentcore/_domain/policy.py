@@ -12,10 +12,10 @@ from typing import Any
 
 import attrs
 
-from paymentcore._models import REJECTED_REASON, Merchant, PayoutLimits, Settings
-from paymentcore._money import to_decimal
-from paymentcore.catalogue import Currency
-from paymentcore.errors import PayoutLimitExceededError
+from paymentcore._domain.catalogue import Currency
+from paymentcore._domain.errors import PayoutLimitExceededError
+from paymentcore._domain.models import REJECTED_REASON, Merchant, PayoutLimits, Settings
+from paymentcore._domain.money import to_decimal
 
 __all__ = [
     "DAY_MS",

@@ -1,6 +1,6 @@
 """The records a user of the library gets: frozen, snake_case, Decimal amounts, aware datetimes, enums.
 
-They are views of the stored records (``paymentcore._models``, integer minor units and milliseconds),
+They are views of the stored records (``paymentcore._domain.models``, integer minor units and milliseconds),
 built at the moment they are returned. The server renders them to the API's JSON; a Python caller uses
 them directly. :data:`converter` turns them into plain data and back (cattrs), which is how an idempotent
 answer is kept and replayed.
@@ -18,11 +18,11 @@ from typing import Any, Generic, TypeVar
 import attrs
 import cattrs
 
-from paymentcore import _models as models
-from paymentcore._models import BatchMode, CollectionKind, CollectionStatus, PayoutStatus
-from paymentcore._money import apply_rate
-from paymentcore.catalogue import Catalogue
-from paymentcore.errors import ALL_ERRORS, PaymentError
+from paymentcore._domain import models as models
+from paymentcore._domain.catalogue import Catalogue
+from paymentcore._domain.errors import ALL_ERRORS, PaymentError
+from paymentcore._domain.models import BatchMode, CollectionKind, CollectionStatus, PayoutStatus
+from paymentcore._domain.money import apply_rate
 
 __all__ = [
     "AuditEntry",

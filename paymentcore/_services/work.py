@@ -21,7 +21,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import attrs
 
-from paymentcore._queries import in_turns
+from paymentcore._domain.queries import in_turns
 from paymentcore.ports import Clock, Store, Transaction
 
 __all__ = ["LANE_DEPTH", "Due", "Pump", "Runner", "Task"]

@@ -12,7 +12,7 @@ from typing import Any
 
 import attrs
 
-from paymentcore.errors import InvalidTransitionError
+from paymentcore._domain.errors import InvalidTransitionError
 
 REJECTED_REASON = "Declined during review; the money is back in the balance."
 UNCOMPLETED_REASON = "The network did not complete the payout."

@@ -22,11 +22,11 @@ from types import MappingProxyType
 
 import attrs
 
-from paymentcore._deps import Deps
-from paymentcore._models import CollectionStatus, PayoutStatus
-from paymentcore._queries import collection_due_since
-from paymentcore._records import from_ms
-from paymentcore.catalogue import Catalogue
+from paymentcore._domain.catalogue import Catalogue
+from paymentcore._domain.models import CollectionStatus, PayoutStatus
+from paymentcore._domain.queries import collection_due_since
+from paymentcore._domain.records import from_ms
+from paymentcore._services.deps import Deps
 from paymentcore.observe import WORK_KINDS, WorkBacklog
 from paymentcore.ports import CurrencyTotal, Tally, UnitOfWork
 

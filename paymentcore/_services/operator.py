@@ -2,10 +2,10 @@
 who run them (operators, their console sessions); the work queues; and the audit trail.
 
 The CLI and the console are thin layers over these calls; library users call them directly. Payout
-review and resolution live in :mod:`paymentcore._disburse`, webhook reactivation in
-:mod:`paymentcore._webhooks`. Every action takes ``actor`` (who acts: an operator id for the console,
+review and resolution live in :mod:`paymentcore._services.disburse`, webhook reactivation in
+:mod:`paymentcore._services.webhooks`. Every action takes ``actor`` (who acts: an operator id for the console,
 ``cli:<os user>`` for the CLI, ``library`` when not given) and writes its audit entry
-(:mod:`paymentcore._audit`) in the unit of work that makes its change.
+(:mod:`paymentcore._services.audit`) in the unit of work that makes its change.
 """
 
 from __future__ import annotations
@@ -21,13 +21,15 @@ from typing import Any, NoReturn
 
 import attrs
 
-from paymentcore import _audit as audit
-from paymentcore import _ledger as ledger
-from paymentcore import wire
-from paymentcore._access import SignInThrottle, client_name, hash_key, new_secret
-from paymentcore._audit import DEFAULT_ACTOR, PLATFORM, StoredAuditEntry, StoredOperator, StoredSession
-from paymentcore._deps import Deps, require_merchant
-from paymentcore._models import (
+from paymentcore._domain import wire as wire
+from paymentcore._domain.catalogue import Currency
+from paymentcore._domain.errors import (
+    AmountTooLargeError,
+    InvalidRequestError,
+    NotFoundError,
+    UnauthorizedError,
+)
+from paymentcore._domain.models import (
     ApiKey,
     CollectionStatus,
     Merchant,
@@ -37,9 +39,8 @@ from paymentcore._models import (
     Scope,
     Settings,
 )
-from paymentcore._money import MAX_STORED_MINOR, parse_decimal_text, parse_positive_minor, to_decimal
-from paymentcore._overview import DueItem, Overview, build_overview, due_items
-from paymentcore._pages import (
+from paymentcore._domain.money import MAX_STORED_MINOR, parse_decimal_text, parse_positive_minor, to_decimal
+from paymentcore._domain.pages import (
     DEFAULT_LIMIT,
     check_cursor,
     check_limit,
@@ -48,7 +49,7 @@ from paymentcore._pages import (
     page_of,
     unknown_cursor,
 )
-from paymentcore._records import (
+from paymentcore._domain.records import (
     AuditEntry,
     ConsoleSession,
     CreatedOperator,
@@ -64,8 +65,18 @@ from paymentcore._records import (
     payout_from,
     to_ms,
 )
-from paymentcore.catalogue import Currency
-from paymentcore.errors import AmountTooLargeError, InvalidRequestError, NotFoundError, UnauthorizedError
+from paymentcore._services import audit as audit
+from paymentcore._services import ledger as ledger
+from paymentcore._services.access import SignInThrottle, client_name, hash_key, new_secret
+from paymentcore._services.audit import (
+    DEFAULT_ACTOR,
+    PLATFORM,
+    StoredAuditEntry,
+    StoredOperator,
+    StoredSession,
+)
+from paymentcore._services.deps import Deps, require_merchant
+from paymentcore._services.overview import DueItem, Overview, build_overview, due_items
 from paymentcore.observe import WORK_KINDS
 from paymentcore.ports import Transaction
 
@@ -613,7 +624,7 @@ class Operator:
     def overview(self) -> Overview:
         """Is money moving? The console's overview: payouts and collections of the last hour and of
         today per currency, the last 24 hours by hour, what waits for an operator, the background
-        work, and the webhook endpoints that fail (:mod:`paymentcore._overview` says how each is
+        work, and the webhook endpoints that fail (:mod:`paymentcore._services.overview` says how each is
         counted), from one snapshot of the store."""
         return build_overview(self._deps)
 
@@ -681,7 +692,7 @@ class Operator:
         so is a refused one (``operator.sign_in_failed``, by ``client:<address>``; never the token).
 
         ``client`` is the address the attempt came from (the console passes the request's). Failed
-        sign-ins are throttled (:class:`paymentcore._access.SignInThrottle`): at
+        sign-ins are throttled (:class:`paymentcore._services.access.SignInThrottle`): at
         ``Config.sign_in_failures_per_client`` failures from one address within
         ``Config.sign_in_window_seconds``, or ``Config.sign_in_failures_overall`` from all together,
         an attempt is refused with RateLimitedError (``retry_after`` seconds) before its token is

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import attrs
 
-from paymentcore._models import Balance, LedgerEntry, LedgerLeg
-from paymentcore._money import minor_to_decimal
-from paymentcore._records import LedgerItemType
-from paymentcore.errors import InsufficientBalanceError
+from paymentcore._domain.errors import InsufficientBalanceError
+from paymentcore._domain.models import Balance, LedgerEntry, LedgerLeg
+from paymentcore._domain.money import minor_to_decimal
+from paymentcore._domain.records import LedgerItemType
 from paymentcore.ports import Transaction
 
 

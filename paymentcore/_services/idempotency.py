@@ -16,9 +16,13 @@ from typing import Any
 
 import attrs
 
-from paymentcore import wire
-from paymentcore._models import IdempotencyRecord
-from paymentcore.errors import IdempotencyKeyReusedError, IdempotencyKeyTooLongError, InvalidRequestError
+from paymentcore._domain import wire as wire
+from paymentcore._domain.errors import (
+    IdempotencyKeyReusedError,
+    IdempotencyKeyTooLongError,
+    InvalidRequestError,
+)
+from paymentcore._domain.models import IdempotencyRecord
 from paymentcore.ports import SecretBox, Transaction
 
 MAX_KEY_LENGTH = 200

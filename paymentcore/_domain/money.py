@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import attrs
 
-from paymentcore.errors import (
+from paymentcore._domain.errors import (
     AmountPrecisionError,
     AmountTooLargeError,
     AmountTooSmallError,
@@ -22,7 +22,7 @@ from paymentcore.errors import (
 
 
 class CurrencyBounds(Protocol):
-    """What the amount rules read of a currency (``paymentcore.catalogue.Currency`` has it): a
+    """What the amount rules read of a currency (``paymentcore._domain.catalogue.Currency`` has it): a
     structural type, so that this module stays below the catalogue, which imports it."""
 
     @property

@@ -1,8 +1,9 @@
 """Verify a webhook delivery and parse it into one typed object, whatever its shape or name.
 
-:func:`construct_event` first checks the delivery exactly as :func:`paymentcore._signing.verify_webhook`
-does (signature over ``<timestamp>.<raw body>``, freshness), then parses the body with exact numbers
-(:func:`paymentcore._money.parse_json`: never a float) and returns a :class:`WebhookEvent`:
+:func:`construct_event` first checks the delivery exactly as
+:func:`paymentcore._domain.signing.verify_webhook` does (signature over ``<timestamp>.<raw body>``,
+freshness), then parses the body with exact numbers
+(:func:`paymentcore._domain.money.parse_json`: never a float) and returns a :class:`WebhookEvent`:
 
 - collection events are flat JSON without the event name (it travels in ``X-Service-Event``);
 - payout events are wrapped: ``{"event": <name>, "data": {...}, "eventId": ...}``, and so is
@@ -31,19 +32,19 @@ from typing import Any
 
 import attrs
 
-from paymentcore._money import parse_json
-from paymentcore._signing import (
+from paymentcore._domain.errors import PaymentError
+from paymentcore._domain.event_types import LEGACY_NAMES
+from paymentcore._domain.money import parse_json
+from paymentcore._domain.signing import (
     EVENT_HEADER,
     EVENT_ID_HEADER,
     TOLERANCE_SECONDS,
     WebhookVerificationError,
     verify_webhook,
 )
-from paymentcore._signing import (
+from paymentcore._domain.signing import (
     header as _header,
 )
-from paymentcore._webhooks import LEGACY_NAMES
-from paymentcore.errors import PaymentError
 
 __all__ = ["WebhookEvent", "construct_event"]
 
@@ -126,7 +127,7 @@ def construct_event(
 ) -> WebhookEvent:
     """Verify a delivery and return it as a :class:`WebhookEvent`; raise WebhookVerificationError.
 
-    The verification is :func:`~paymentcore._signing.verify_webhook`'s, with the same ``now`` and
+    The verification is :func:`~paymentcore._domain.signing.verify_webhook`'s, with the same ``now`` and
     ``tolerance``: ``body`` must be the raw bytes as received. A delivery that verifies but whose body is
     not a JSON object, has no recognisable event name, lacks its reference or status, or whose
     ``X-Service-Event`` header disagrees with the signed body is refused as well.

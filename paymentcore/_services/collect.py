@@ -1,6 +1,6 @@
 """Collecting money: direct charge, hosted checkout, the legacy payments path, and settlement.
 
-States (an explicit table in :mod:`paymentcore._models`)::
+States (an explicit table in :mod:`paymentcore._domain.models`)::
 
     PENDING --prompt handed to the network--> PROCESSING --cleared--> SUCCESS
        |                                          \\--not cleared / unanswered--> FAILED
@@ -19,15 +19,21 @@ from decimal import Decimal
 
 import attrs
 
-from paymentcore import _ledger as ledger
-from paymentcore import _models as models
-from paymentcore import _render as render
-from paymentcore._deps import Deps, require_merchant
-from paymentcore._fields import optional_text, optional_whole, required_value
-from paymentcore._idempotency import Idempotency, check_key, fingerprint
-from paymentcore._models import CollectionKind, CollectionStatus, Merchant
-from paymentcore._money import apply_rate, fee_for, parse_amount
-from paymentcore._pages import (
+from paymentcore._domain import models as models
+from paymentcore._domain import render as render
+from paymentcore._domain.catalogue import Currency, Provider
+from paymentcore._domain.errors import (
+    InvalidRequestError,
+    MerchantNotApprovedError,
+    NotFoundError,
+    ProviderBlockedError,
+    RecipientBusyError,
+    UnknownProviderError,
+)
+from paymentcore._domain.fields import optional_text, optional_whole, required_value
+from paymentcore._domain.models import CollectionKind, CollectionStatus, Merchant
+from paymentcore._domain.money import apply_rate, fee_for, parse_amount
+from paymentcore._domain.pages import (
     DEFAULT_LIMIT,
     check_cursor,
     check_limit,
@@ -36,18 +42,12 @@ from paymentcore._pages import (
     page_of,
     unknown_cursor,
 )
-from paymentcore._queries import collection_lane
-from paymentcore._records import Collection, Page, collection_from, dump, is_payable, load
-from paymentcore._work import LANE_DEPTH, Due, Runner
-from paymentcore.catalogue import Currency, Provider
-from paymentcore.errors import (
-    InvalidRequestError,
-    MerchantNotApprovedError,
-    NotFoundError,
-    ProviderBlockedError,
-    RecipientBusyError,
-    UnknownProviderError,
-)
+from paymentcore._domain.queries import collection_lane
+from paymentcore._domain.records import Collection, Page, collection_from, dump, is_payable, load
+from paymentcore._services import ledger as ledger
+from paymentcore._services.deps import Deps, require_merchant
+from paymentcore._services.idempotency import Idempotency, check_key, fingerprint
+from paymentcore._services.work import LANE_DEPTH, Due, Runner
 from paymentcore.ports import CollectionRequest, CollectionResult, NetworkError, NetworkOutcome, Transaction
 
 FINAL = (CollectionStatus.SUCCESS, CollectionStatus.FAILED)
@@ -476,7 +476,7 @@ class Collect:
                 param="phone",
             )
 
-    # --- the worker's part (a Task of paymentcore._work) -------------------------------------------
+    # --- the worker's part (a Task of paymentcore._services.work) -------------------------------------------
 
     def process_due(self, limit: int = 100) -> int:
         """Advance every open collection whose turn has come; returns how many were looked at."""

@@ -1,4 +1,4 @@
-"""What every service needs, wired once by the composition root (``paymentcore._bootstrap``)."""
+"""What every service needs, wired once by the composition root (``paymentcore._root.core``)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 
 import attrs
 
-from paymentcore._models import Event, Merchant
-from paymentcore.catalogue import Catalogue
+from paymentcore._domain.catalogue import Catalogue
+from paymentcore._domain.models import Event, Merchant
 from paymentcore.config import Config
 from paymentcore.observe import Observer
 from paymentcore.ports import (
@@ -39,6 +39,9 @@ class Deps:
     secret_box: SecretBox
     resolver: Resolver
     sender: WebhookSender | None = None
+    #: makes the sender on first use when none was given (the root's makes the httpx one, so httpx is
+    #: not loaded before a webhook is sent)
+    make_sender: Callable[[], WebhookSender] | None = None
     observer: Observer = attrs.field(factory=Observer)
     _told: threading.local = attrs.field(factory=threading.local, init=False, repr=False)
 
@@ -75,11 +78,11 @@ class Deps:
             _log.exception("the observer failed")
 
     def webhook_sender(self) -> WebhookSender:
-        """The configured sender; the httpx one is made on first use (httpx is not loaded before)."""
+        """The configured sender, or the one ``make_sender`` makes on first use."""
         if self.sender is None:
-            from paymentcore.adapters.httpx_sender import HttpxWebhookSender
-
-            self.sender = HttpxWebhookSender()
+            if self.make_sender is None:
+                raise RuntimeError("no webhook sender was given, and none to make")
+            self.sender = self.make_sender()
         return self.sender
 
     def emit(
@@ -99,7 +102,7 @@ class Deps:
 
 
 def require_merchant(tx: Transaction, merchant_id: str) -> Merchant:
-    from paymentcore.errors import NotFoundError
+    from paymentcore._domain.errors import NotFoundError
 
     merchant = tx.merchants.get(merchant_id)
     if merchant is None:

@@ -18,15 +18,15 @@ from typing import Protocol
 
 import attrs
 
-from paymentcore._deps import Deps
-from paymentcore._models import ApiKey, Merchant, Scope
-from paymentcore.errors import (
+from paymentcore._domain.errors import (
     CapabilityDisabledError,
     InsufficientScopeError,
     MerchantNotApprovedError,
     RateLimitedError,
     UnauthorizedError,
 )
+from paymentcore._domain.models import ApiKey, Merchant, Scope
+from paymentcore._services.deps import Deps
 from paymentcore.ports import RateRepository
 
 KEY_PREFIX = "pck_"

@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
-from paymentcore._models import (
+from paymentcore._domain.models import (
     Collection,
     CollectionStatus,
     DeliveryStatus,

@@ -17,23 +17,23 @@ from typing import Any
 
 import attrs
 
-from paymentcore._access import Access, RateBook
-from paymentcore._collect import Collect
-from paymentcore._deps import Deps
-from paymentcore._disburse import Disburse
-from paymentcore._idempotency import Idempotency
-from paymentcore._ledger import check_invariant
-from paymentcore._models import Balance
-from paymentcore._operator import Operator
-from paymentcore._overview import work_backlog
-from paymentcore._urlsafety import system_resolver
-from paymentcore._webhooks import Webhooks
-from paymentcore._work import Pump
+from paymentcore._domain.catalogue import Catalogue
+from paymentcore._domain.models import Balance
+from paymentcore._services.access import Access, RateBook
+from paymentcore._services.collect import Collect
+from paymentcore._services.deps import Deps
+from paymentcore._services.disburse import Disburse
+from paymentcore._services.idempotency import Idempotency
+from paymentcore._services.ledger import check_invariant
+from paymentcore._services.operator import Operator
+from paymentcore._services.overview import work_backlog
+from paymentcore._services.urlsafety import system_resolver
+from paymentcore._services.webhooks import Webhooks
+from paymentcore._services.work import Pump
 from paymentcore.adapters.clock import RandomReferences, SystemClock
 from paymentcore.adapters.memory import MemoryStore
 from paymentcore.adapters.sandbox import SandboxNetwork
 from paymentcore.adapters.secretbox import FernetSecretBox
-from paymentcore.catalogue import Catalogue
 from paymentcore.config import Config
 from paymentcore.observe import Observer, WorkBacklog
 from paymentcore.ports import (
@@ -100,6 +100,7 @@ class PaymentCore:
             secret_box=secret_box or FernetSecretBox.generate(),
             resolver=resolver or system_resolver,
             sender=sender,
+            make_sender=lambda: _default_sender(config),
             observer=observer or Observer(),
         )
         idem = Idempotency(
@@ -281,7 +282,7 @@ class PaymentCore:
         """Run the background work on threads of this process until :meth:`stop_worker`.
 
         Each kind of work has its own loop and its own threads, so none waits for another, and each is
-        partitioned by lane (:class:`paymentcore._work.Pump`): collections and payouts by provider (a
+        partitioned by lane (:class:`paymentcore._services.work.Pump`): collections and payouts by provider (a
         mobile network that hangs holds up only its own work), webhook deliveries by endpoint. Per kind,
         a fresh pool (``Config.worker_concurrency`` for collections and payouts, at most
         ``Config.network_per_provider`` of one provider; ``Config.delivery_concurrency`` for deliveries,

@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from paymentcore._models import Collection, Payout
-from paymentcore._records import PayoutBatch
-from paymentcore.catalogue import Catalogue
+from paymentcore._domain.catalogue import Catalogue
+from paymentcore._domain.models import Collection, Payout
+from paymentcore._domain.records import PayoutBatch
 
 
 def iso(ms: int) -> str:

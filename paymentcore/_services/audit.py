@@ -21,9 +21,12 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from paymentcore._domain.catalogue import Catalogue
+from paymentcore._domain.errors import InvalidRequestError
+
 # The stored records of operators, sessions and audit entries live with the other records (ports.py
 # names them without importing this module); they stay importable from here.
-from paymentcore._models import (
+from paymentcore._domain.models import (
     ApiKey,
     Merchant,
     Payout,
@@ -34,11 +37,9 @@ from paymentcore._models import (
     StoredSession,
     WebhookEndpoint,
 )
-from paymentcore.catalogue import Catalogue
-from paymentcore.errors import InvalidRequestError
 
 if TYPE_CHECKING:
-    from paymentcore._deps import Deps
+    from paymentcore._services.deps import Deps
     from paymentcore.ports import UnitOfWork
 
 __all__ = [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from paymentcore.errors import InvalidRequestError
+from paymentcore._domain.errors import InvalidRequestError
 
 # --- typed arguments of the library's methods (``param`` is the argument's name) -------------------
 

@@ -1,0 +1,1 @@
+"""The services: what the core does, over the ports and the domain."""
