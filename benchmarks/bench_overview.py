@@ -208,19 +208,19 @@ def _hours(overview: Any) -> list[dict[str, int]]:
 @contextmanager
 def rows_only() -> Iterator[None]:
     """The overview counted from the rows alone, as without the hourly counts of migration 7."""
-    from paymentcore.adapters import postgres, sqlite
+    from paymentcore.adapters import sql
 
-    kept = sqlite.hours_plan
+    kept = sql.hours_plan
 
     def never(since: int, until: int, width: int) -> None:
         return None
 
-    for module in (sqlite, postgres):
+    for module in (sql,):
         setattr(module, "hours_plan", never)  # noqa: B010 (a benchmark's switch, not an API)
     try:
         yield
     finally:
-        for module in (sqlite, postgres):
+        for module in (sql,):
             setattr(module, "hours_plan", kept)  # noqa: B010
 
 

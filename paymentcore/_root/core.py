@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +17,7 @@ import attrs
 
 from paymentcore._domain.catalogue import Catalogue
 from paymentcore._domain.models import Balance
+from paymentcore._root.worker import Worker
 from paymentcore._services.access import Access, RateBook
 from paymentcore._services.collect import Collect
 from paymentcore._services.deps import Deps
@@ -112,10 +111,7 @@ class PaymentCore:
         self.collect = Collect(self.deps, idem)
         self.disburse = Disburse(self.deps, idem)
         self.webhooks = Webhooks(self.deps, idem)
-        self._worker: threading.Thread | None = None
-        self._pumps: list[Pump] = []
-        self._stop = threading.Event()
-        self._next_purge = 0  # when tick() next drops expired idempotency records
+        self.worker = Worker(self.deps, self.collect, self.disburse, self.webhooks, self.access.limiter)
 
     # --- construction ----------------------------------------------------------------------------
 
@@ -260,79 +256,24 @@ class PaymentCore:
 
     def tick(self) -> int:
         """One round of background work; returns how many items were looked at."""
-        done = self.collect.process_due()
-        done += self.disburse.process_due()
-        done += self.webhooks.process_due()
-        now = self.clock.now()
-        if now >= self._next_purge:  # once a minute, not on every round: it takes the write lock
-            with self.store.transaction() as tx:
-                tx.idempotency.purge(now - self.config.idempotency_retention_hours * 3_600_000)
-                tx.leases.purge(now - LEASE_KEEP_MS)
-            self.access.limiter.purge(now)  # rate-limit buckets past the longest window
-            self._next_purge = now + 60_000
-        return done
+        return self.worker.tick()
 
     def run_until_idle(self, max_rounds: int = 50) -> None:
         """Tick until a round finds nothing due (tests and scripts)."""
-        for _ in range(max_rounds):
-            if self.tick() == 0:
-                return
+        self.worker.run_until_idle(max_rounds)
 
     def start_worker(self, interval: float = 0.2) -> None:
-        """Run the background work on threads of this process until :meth:`stop_worker`.
+        """Run the background work on threads of this process until :meth:`stop_worker`
+        (:meth:`paymentcore._root.worker.Worker.start` says how)."""
+        self.worker.start(interval)
 
-        Each kind of work has its own loop and its own threads, so none waits for another, and each is
-        partitioned by lane (:class:`paymentcore._services.work.Pump`): collections and payouts by provider (a
-        mobile network that hangs holds up only its own work), webhook deliveries by endpoint. Per kind,
-        a fresh pool (``Config.worker_concurrency`` for collections and payouts, at most
-        ``Config.network_per_provider`` of one provider; ``Config.delivery_concurrency`` for deliveries,
-        at most ``Config.delivery_per_endpoint`` to one endpoint) and a slow pool for lanes whose items
-        ran longer than ``Config.network_slow_after`` / ``Config.delivery_slow_after`` seconds
-        (``Config.network_slow_concurrency`` / ``Config.delivery_slow_concurrency`` in all; a suspect
-        endpoint one delivery at a time, a suspect provider a few calls). The leases of items in flight
-        are renewed every third of ``Config.dispatch_lease_seconds``. While work is pending, a line every
-        ``Config.work_log_seconds`` says how much is queued and in flight per kind.
-        """
-        if self._pumps:
-            return
-        config = self.config
-        network = [
-            Pump(
-                runner,
-                name=name,
-                concurrency=config.worker_concurrency,
-                per_lane=config.network_per_provider,
-                slow_concurrency=config.network_slow_concurrency,
-                slow_per_lane=NETWORK_SLOW_PER_PROVIDER,
-                slow_after=config.network_slow_after,
-                interval=interval,
-            )
-            for name, runner in (("collections", self.collect.runner), ("payouts", self.disburse.runner))
-        ]
-        self._pumps = [
-            *network,
-            Pump(
-                self.webhooks.runner,
-                name="deliveries",
-                concurrency=config.delivery_concurrency,
-                per_lane=config.delivery_per_endpoint,
-                first_per_lane=1,
-                slow_concurrency=config.delivery_slow_concurrency,
-                slow_per_lane=1,
-                slow_after=config.delivery_slow_after,
-                interval=interval,
-            ),
-        ]
-        for pump in self._pumps:
-            pump.start()
-        self._stop.clear()
-        self._worker = threading.Thread(target=self._housekeeping, name="paymentcore-worker", daemon=True)
-        self._worker.start()
+    def stop_worker(self) -> None:
+        self.worker.stop()
 
     @property
     def pumps(self) -> list[Pump]:
         """The running worker's pumps, one per kind of work (empty when no worker runs here)."""
-        return list(self._pumps)
+        return self.worker.pumps
 
     def work_backlog(self) -> list[WorkBacklog]:
         """Per kind of work (collections, payouts, deliveries): how many items are due and waiting, and
@@ -354,40 +295,7 @@ class PaymentCore:
 
     def work_status(self) -> dict[str, tuple[int, int]]:
         """Per kind of work: (queued, in flight), as the running worker last saw it."""
-        return {pump.name: (pump.queued, pump.in_flight) for pump in self._pumps}
-
-    def _housekeeping(self) -> None:
-        last_report = 0.0
-        while not self._stop.wait(1.0):
-            try:
-                now = self.clock.now()
-                if now >= self._next_purge:
-                    with self.store.transaction() as tx:
-                        tx.idempotency.purge(now - self.config.idempotency_retention_hours * 3_600_000)
-                        tx.leases.purge(now - LEASE_KEEP_MS)
-                    self.access.limiter.purge(now)  # rate-limit buckets past the longest window
-                    self._next_purge = now + 60_000
-                status = self.work_status()
-                moment = time.monotonic()
-                if any(queued or flying for queued, flying in status.values()) and (
-                    moment - last_report >= self.config.work_log_seconds
-                ):
-                    last_report = moment
-                    _log.info(
-                        "work: %s",
-                        "; ".join(f"{kind} queued={q} in_flight={f}" for kind, (q, f) in status.items()),
-                    )
-            except Exception:  # housekeeping must survive a bad round
-                _log.exception("worker housekeeping failed")
-
-    def stop_worker(self) -> None:
-        self._stop.set()
-        for pump in self._pumps:
-            pump.stop()
-        self._pumps = []
-        if self._worker is not None:
-            self._worker.join(timeout=30)
-            self._worker = None
+        return self.worker.status()
 
     def close(self) -> None:
         network_close = getattr(self.deps.network, "close", None)

@@ -1,0 +1,1141 @@
+"""The repositories of the storage port, written once in SQL for SQLite and PostgreSQL.
+
+Every statement is written here in one neutral form: ``?`` for a positional parameter, ``:name`` for a
+named one. A :class:`Dialect` holds the few things the two engines spell differently (PostgreSQL's
+``%s`` placeholders, the column that orders ties, booleans, ``min``/``LEAST``, locking clauses, index
+hints) and translates each statement once. The engines' modules keep only what truly differs:
+connections, transactions and locking (:class:`Rows` is subclassed by each), and their migrations.
+
+Which rows ``due`` and ``spent`` select is not decided here: the SQL is generated from the status sets
+of ``paymentcore._domain.queries``, the same definitions MemoryStore filters with.
+"""
+
+from __future__ import annotations
+
+import builtins
+import enum
+import json
+import operator
+import re
+import types
+import typing
+from collections.abc import Iterable, Sequence
+from decimal import Decimal
+from typing import Any
+
+import attrs
+
+from paymentcore._domain import wire
+from paymentcore._domain.models import (
+    ApiKey,
+    Balance,
+    BatchTally,
+    Collection,
+    CollectionStatus,
+    Delivery,
+    DeliveryStatus,
+    Event,
+    IdempotencyRecord,
+    LedgerEntry,
+    LedgerLeg,
+    Merchant,
+    Payout,
+    PayoutBatch,
+    PayoutLimits,
+    PayoutStatus,
+    Settings,
+    StoredAuditEntry,
+    StoredOperator,
+    StoredSession,
+    WebhookEndpoint,
+)
+from paymentcore._domain.queries import (
+    BATCH_OPEN_STATUSES,
+    COLLECTION_CHECK_STATUSES,
+    COLLECTION_EXPIRY_STATUSES,
+    EVENT_DUE_STATUSES,
+    PAYOUT_CHECK_STATUSES,
+    PAYOUT_SEND_STATUSES,
+    SPENT_STATUSES,
+)
+from paymentcore.ports import CurrencyTotal, Tally
+
+__all__ = [
+    "HOUR_MS",
+    "Dialect",
+    "Rows",
+    "SqlTransaction",
+    "hours_plan",
+    "merge_tallies",
+    "sql_in",
+    "sql_not_in",
+]
+
+HOUR_MS = 3_600_000
+
+
+# --- the dialect --------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Dialect:
+    """What SQLite and PostgreSQL spell differently, and the translation of a neutral statement."""
+
+    name: str
+    #: the column that orders rows written in the same millisecond (SQLite's rowid, PostgreSQL's seq)
+    seq: str
+    #: a boolean column's test for True/False (SQLite keeps 0/1, and a partial index matches ``= 1``)
+    true: str
+    false: str
+    #: the scalar "smallest of" function
+    least: str
+    #: appended to a read of a row the writer will change (PostgreSQL's FOR UPDATE)
+    for_update: str
+    #: whether to name the partial index a query should use (SQLite's planner, without statistics)
+    hints: bool
+    _cache: dict[str, str] = attrs.field(factory=dict, eq=False, repr=False)
+
+    def flag(self, column: str, value: bool) -> str:
+        return (self.true if value else self.false).format(column)
+
+    def indexed_by(self, index: str) -> str:
+        return f" INDEXED BY {index}" if self.hints else ""
+
+    def sql(self, text: str) -> str:
+        """``text`` in this dialect's placeholders (``?`` -> ``%s``, ``:name`` -> ``%(name)s``)."""
+        found = self._cache.get(text)
+        if found is None:
+            found = text
+            if self.name == "postgresql":
+                found = re.sub(r"(?<![:\w]):(\w+)", r"%(\1)s", found.replace("%", "%%").replace("?", "%s"))
+            self._cache[text] = found
+        return found
+
+
+SQLITE = Dialect("sqlite", "rowid", "{} = 1", "{} = 0", "min", "", hints=True)
+POSTGRESQL = Dialect("postgresql", "seq", "{}", "NOT {}", "LEAST", " FOR UPDATE", hints=False)
+
+
+# --- SQL generated from the definitions in paymentcore._domain.queries ---------------------------
+
+
+def _literals(values: Iterable[enum.Enum]) -> list[str]:
+    """SQL string literals of enum members, in the enum's own order (a frozenset has none)."""
+    members = list(values)
+    for member in members:
+        if "'" in str(member.value):
+            raise ValueError(f"a status value with a quote: {member.value!r}")
+    members.sort(key=lambda member: list(type(member)).index(member))
+    return [f"'{member.value}'" for member in members]
+
+
+def sql_in(column: str, values: Iterable[enum.Enum]) -> str:
+    """``column = 'A'`` for one value, ``column IN ('A', 'B')`` for several."""
+    literals = _literals(values)
+    if len(literals) == 1:
+        return f"{column} = {literals[0]}"
+    return f"{column} IN ({', '.join(literals)})"
+
+
+def sql_not_in(column: str, values: Iterable[enum.Enum]) -> str:
+    """``column != 'A'`` for one value, ``column NOT IN ('A', 'B')`` for several."""
+    literals = _literals(values)
+    if len(literals) == 1:
+        return f"{column} != {literals[0]}"
+    return f"{column} NOT IN ({', '.join(literals)})"
+
+
+_SPENT = sql_in("status", SPENT_STATUSES)
+_CHECK_COLLECTION = sql_in("status", COLLECTION_CHECK_STATUSES)
+_EXPIRE_COLLECTION = sql_in("status", COLLECTION_EXPIRY_STATUSES)
+_DUE_EVENT = sql_in("status", EVENT_DUE_STATUSES)
+_BATCH_OPEN = sql_in("status", BATCH_OPEN_STATUSES)
+# _queries.collection_is_due, one indexed branch each
+_DUE_COLLECTIONS = (
+    f"SELECT reference FROM collections WHERE {_CHECK_COLLECTION} AND next_check_at <= :now"
+    f" UNION SELECT reference FROM collections WHERE {_EXPIRE_COLLECTION}"
+    " AND submitted_at IS NULL AND expires_at <= :now"
+)
+
+
+def hours_plan(since: int, until: int, width: int) -> tuple[int, int] | None:
+    """Which whole UTC hours of ``[since, until)`` a tally may take from the hourly counts: ``(first,
+    end)``, hour numbers (ms / 3,600,000), when every such hour falls in one span of ``width`` from
+    ``since`` (``since`` and ``width`` whole hours, or one span for everything); None otherwise, or when
+    there is no whole hour: then every record is counted from the rows."""
+    first = -(-since // HOUR_MS)
+    end = until // HOUR_MS
+    aligned = since % HOUR_MS == 0 and width % HOUR_MS == 0
+    if end <= first or not (aligned or until - since <= width):
+        return None
+    return first, end
+
+
+def merge_tallies(rows: Iterable[Sequence[Any]]) -> list[Tally]:
+    """(bucket, currency, status, count, amount) rows, those of one key added up, in key order, none
+    with a count of 0."""
+    sums: dict[tuple[int, str, str], list[int]] = {}
+    for bucket, currency, status, count, amount in rows:
+        if int(count):
+            total = sums.setdefault((int(bucket), str(currency), str(status)), [0, 0])
+            total[0] += int(count)
+            total[1] += int(amount)
+    return [Tally(b, c, s, n, a) for (b, c, s), (n, a) in sorted(sums.items())]
+
+
+# --- rows <-> records ---------------------------------------------------------------------------
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, frozenset):
+        return json.dumps(sorted(v.value if isinstance(v, enum.Enum) else v for v in value))
+    if isinstance(value, tuple):
+        return json.dumps([[leg.account, leg.amount] for leg in value])
+    if isinstance(value, dict):
+        return wire.dumps(value)
+    return value
+
+
+def _decoder(tp: Any) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (types.UnionType, typing.Union):
+        (inner,) = [a for a in typing.get_args(tp) if a is not type(None)]
+        decode = _decoder(inner)
+        return lambda v: None if v is None else decode(v)
+    if origin is frozenset:
+        (item,) = typing.get_args(tp)
+        return lambda v: frozenset(item(x) for x in json.loads(v))
+    if origin is tuple:
+        return lambda v: tuple(LedgerLeg(a, n) for a, n in json.loads(v))
+    if origin is dict:  # event data: every number comes back as a Decimal, as it went in
+        return lambda v: json.loads(v, parse_float=Decimal, parse_int=Decimal)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return tp
+    if tp is bool:
+        return bool  # SQLite's 0/1, PostgreSQL's booleans
+    return lambda v: v
+
+
+_STORED_AS_IS = (str, int, bool, str | None, int | None)  # column types the drivers take as they are
+
+
+@attrs.frozen
+class Codec:
+    """A record type's table: its columns, its statements, and its rows to records and back."""
+
+    cls: type[Any]
+    table: str
+    keys: tuple[str, ...]
+    columns: tuple[str, ...]
+    decoders: tuple[Any, ...]
+    insert_sql: str
+    upsert_sql: str
+    update_sql: str
+    select_sql: str
+    # every column's value in one call, and the places of the columns that _encode must convert (an
+    # insert of many rows spends its time here otherwise)
+    getter: Any
+    encoded: tuple[int, ...]
+    update_order: tuple[int, ...]
+
+    @classmethod
+    def of(cls, record: type[Any], table: str, keys: tuple[str, ...]) -> Codec:
+        hints = typing.get_type_hints(record)
+        columns = tuple(f.name for f in attrs.fields(record))
+        names = ", ".join(columns)
+        marks = ", ".join("?" for _ in columns)
+        others = [c for c in columns if c not in keys]
+        return cls(
+            cls=record,
+            table=table,
+            keys=keys,
+            columns=columns,
+            decoders=tuple(_decoder(hints[c]) for c in columns),
+            getter=operator.attrgetter(*columns),
+            encoded=tuple(i for i, c in enumerate(columns) if hints[c] not in _STORED_AS_IS),
+            update_order=tuple(
+                [i for i, c in enumerate(columns) if c not in keys] + [columns.index(k) for k in keys]
+            ),
+            insert_sql=f"INSERT INTO {table} ({names}) VALUES ({marks})",
+            upsert_sql=(
+                f"INSERT INTO {table} ({names}) VALUES ({marks}) "
+                f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET "
+                + ", ".join(f"{c} = excluded.{c}" for c in others)
+            ),
+            update_sql=(
+                f"UPDATE {table} SET {', '.join(f'{c} = ?' for c in others)}"
+                f" WHERE {' AND '.join(f'{k} = ?' for k in keys)}"
+            ),
+            select_sql=f"SELECT {names} FROM {table}",
+        )
+
+    def values(self, record: Any) -> list[Any]:
+        row = list(self.getter(record))
+        for place in self.encoded:
+            row[place] = _encode(row[place])
+        return row
+
+    def update_values(self, record: Any) -> list[Any]:
+        row = self.values(record)
+        return [row[place] for place in self.update_order]
+
+    def decode(self, row: Sequence[Any]) -> Any:
+        return self.cls(*(d(v) for d, v in zip(self.decoders, row, strict=True)))
+
+
+_MERCHANTS = Codec.of(Merchant, "merchants", ("id",))
+_KEYS = Codec.of(ApiKey, "api_keys", ("id",))
+_LIMITS = Codec.of(PayoutLimits, "payout_limits", ("merchant_id", "currency"))
+_COLLECTIONS = Codec.of(Collection, "collections", ("reference",))
+_PAYOUTS = Codec.of(Payout, "payouts", ("reference",))
+_BATCHES = Codec.of(PayoutBatch, "payout_batches", ("id",))
+_BALANCES = Codec.of(Balance, "balances", ("merchant_id", "currency"))
+_ENTRIES = Codec.of(LedgerEntry, "ledger_entries", ("id",))
+_WEBHOOKS = Codec.of(WebhookEndpoint, "webhooks", ("merchant_id",))
+_EVENTS = Codec.of(Event, "events", ("id",))
+_IDEMPOTENCY = Codec.of(IdempotencyRecord, "idempotency", ("merchant_id", "key"))
+_DELIVERIES = Codec.of(Delivery, "deliveries", ("id",))
+_OPERATORS = Codec.of(StoredOperator, "operators", ("id",))
+_SESSIONS = Codec.of(StoredSession, "console_sessions", ("id",))
+_AUDIT = Codec.of(StoredAuditEntry, "audit_log", ("id",))
+_BALANCE_COLUMNS = ", ".join(_BALANCES.columns)
+
+Condition = tuple[str, tuple[Any, ...]]
+Conditions = Sequence[Condition]
+
+
+class Rows:
+    """Statements on one transaction's connection, through the codecs: what every repository uses.
+
+    An engine subclasses it with :meth:`execute` and :meth:`execute_many` (where it takes its locks);
+    ``lock=False`` marks a statement that must not take the engine's write lock (the rate counters,
+    which hold their own key's lock instead: :meth:`hold_key`).
+    """
+
+    def __init__(self, dialect: Dialect, conn: Any, *, writable: bool) -> None:
+        self.dialect = dialect
+        self.conn = conn
+        self.writable = writable
+        self.seq = dialect.seq
+
+    def execute(self, sql: str, params: Any = (), *, lock: bool = True) -> Any:
+        raise NotImplementedError
+
+    def execute_many(self, sql: str, rows: list[list[Any]]) -> None:
+        raise NotImplementedError
+
+    def hold_key(self, namespace: str, key: str) -> None:
+        """Hold ``key``'s own lock until the transaction ends (where the engine has such locks)."""
+
+    def run(self, sql: str, params: Any = (), *, lock: bool = True) -> Any:
+        return self.execute(self.dialect.sql(sql), params, lock=lock)
+
+    def write(self, sql: str, params: Any = (), *, lock: bool = True) -> Any:
+        if not self.writable:
+            raise RuntimeError("write through a read-only transaction")
+        return self.run(sql, params, lock=lock)
+
+    def value(self, sql: str, params: Any = ()) -> int | None:
+        """The one number a statement answers (None for NULL or no row)."""
+        row = self.run(sql, params).fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
+    def count(self, sql: str, params: Any = ()) -> int:
+        return int(self.value(sql, params) or 0)
+
+    def one(self, codec: Codec, where: str, params: Sequence[Any], *, for_update: bool = False) -> Any:
+        lock = self.dialect.for_update if for_update and self.writable else ""
+        row = self.run(f"{codec.select_sql} WHERE {where}{lock}", params).fetchone()
+        return None if row is None else codec.decode(row)
+
+    def many(self, codec: Codec, rest: str, params: Any = ()) -> list[Any]:
+        return [codec.decode(r) for r in self.run(f"{codec.select_sql} {rest}", params).fetchall()]
+
+    def upsert(self, codec: Codec, record: Any) -> None:
+        self.write(codec.upsert_sql, codec.values(record))
+
+    def insert(self, codec: Codec, record: Any) -> None:
+        self.write(codec.insert_sql, codec.values(record))
+
+    def insert_many(self, codec: Codec, records: Iterable[Any]) -> None:
+        if not self.writable:
+            raise RuntimeError("write through a read-only transaction")
+        self.execute_many(self.dialect.sql(codec.insert_sql), [codec.values(r) for r in records])
+
+    def update(self, codec: Codec, record: Any) -> None:
+        if self.write(codec.update_sql, codec.update_values(record)).rowcount != 1:
+            raise KeyError(f"{codec.table}: no row to update")
+
+    def listing(
+        self,
+        codec: Codec,
+        *,
+        key: str,
+        after: str | None,
+        scope: Conditions = (),
+        filters: Conditions = (),
+        limit: int,
+        newest_first: bool = True,
+        at: str = "created_at",
+    ) -> list[Any] | None:
+        """``ports``' list order: the rows meeting every ``(condition, parameters)`` of ``scope`` and
+        ``filters``, by ``at`` (ties in the order written), newest or oldest first, after the row of
+        ``scope`` whose ``key`` is ``after``; None when there is no such row."""
+        where = [condition for condition, _ in scope]
+        params = [value for _, values in scope for value in values]
+        if after is not None:
+            found = self.run(
+                f"SELECT {at}, {self.seq} FROM {codec.table} WHERE {' AND '.join([f'{key} = ?', *where])}",
+                (after, *params),
+            )
+            place = found.fetchone()
+            if place is None:
+                return None
+            where.append(f"({at}, {self.seq}) {'<' if newest_first else '>'} (?, ?)")
+            params.extend(place)
+        where += [condition for condition, _ in filters]
+        params += [value for _, values in filters for value in values]
+        order = " DESC" if newest_first else ""
+        condition = f"WHERE {' AND '.join(where)} " if where else ""
+        return self.many(
+            codec, f"{condition}ORDER BY {at}{order}, {self.seq}{order} LIMIT ?", (*params, limit)
+        )
+
+    def page(
+        self,
+        codec: Codec,
+        scope: dict[str, Any],
+        *,
+        key: str,
+        after: str | None,
+        filters: Conditions,
+        limit: int,
+    ) -> list[Any] | None:
+        """A merchant's list: the rows of ``scope`` (column = value) newest first."""
+        return self.listing(codec, key=key, after=after, scope=_equal(scope), filters=filters, limit=limit)
+
+
+def _in_turns(table: str, key: str, lane: str, due: str, order: str) -> str:
+    """The rest of a SELECT over ``table`` listing the rows meeting ``due`` in turns over ``lane``
+    (``_queries.in_turns``): each row ranked within its lane in ``order``, at most ``:per_lane`` of a
+    lane, every lane's first row before any lane's second; then ``LIMIT :limit``."""
+    return (
+        f"JOIN (SELECT {key} AS turn_key, row_number() OVER (PARTITION BY {lane} ORDER BY {order})"
+        f" AS turn FROM {table} WHERE {due}) AS turns ON turns.turn_key = {table}.{key}"
+        f" WHERE turn <= :per_lane ORDER BY turn, {order} LIMIT :limit"
+    )
+
+
+def _created(created_from: int | None, created_before: int | None) -> list[Condition]:
+    conditions: list[Condition] = []
+    if created_from is not None:
+        conditions.append(("created_at >= ?", (created_from,)))
+    if created_before is not None:
+        conditions.append(("created_at < ?", (created_before,)))
+    return conditions
+
+
+def _equal(columns: dict[str, Any]) -> list[Condition]:
+    """``column = value`` for each value that is not None (an enum by its value)."""
+    return [
+        (f"{column} = ?", (value.value if isinstance(value, enum.Enum) else value,))
+        for column, value in columns.items()
+        if value is not None
+    ]
+
+
+def _tally(
+    rows: Rows, table: str, currency: str, amount: str, since: int, until: int, width: int
+) -> list[Tally]:
+    """``ports``' tally: whole hours from the hourly counts of migration 7 (``hours_plan``), the rest
+    (at most the two partial hours at the ends) from the rows, through their creation-time index."""
+    plan = hours_plan(since, until, width)
+    rows_sql = (
+        f"SELECT (created_at - :since) / :width, {currency}, status, count(*), sum({amount})"
+        f" FROM {table} WHERE created_at >= :low AND created_at < :high GROUP BY 1, 2, 3"
+    )
+    spans = [(since, until)]
+    found: list[Any] = []
+    if plan is not None:
+        first, end = plan
+        found += rows.run(
+            "SELECT (hour * 3600000 - :since) / :width, currency, status, sum(count), sum(amount)"
+            f" FROM {table[:-1]}_hours WHERE hour >= :first AND hour < :end GROUP BY 1, 2, 3",
+            {"since": since, "width": width, "first": first, "end": end},
+        ).fetchall()
+        spans = [(since, first * HOUR_MS), (end * HOUR_MS, until)]
+    for low, high in spans:
+        if low < high:
+            found += rows.run(rows_sql, {"since": since, "width": width, "low": low, "high": high}).fetchall()
+    return merge_tallies(found)
+
+
+class _Repository:
+    def __init__(self, rows: Rows) -> None:
+        self._rows = rows
+
+
+# --- settings, merchants, keys, limits -----------------------------------------------------------
+
+
+class _Settings(_Repository):
+    def get(self) -> Settings:
+        row = self._rows.run(
+            "SELECT api_enabled, payouts_enabled, closed_currencies FROM settings WHERE id = 1"
+        ).fetchone()
+        if row is None:
+            return Settings()
+        return Settings(bool(row[0]), bool(row[1]), frozenset(json.loads(row[2])))
+
+    def put(self, settings: Settings) -> None:
+        self._rows.write(
+            "INSERT INTO settings (id, api_enabled, payouts_enabled, closed_currencies) VALUES (1, ?, ?, ?)"
+            " ON CONFLICT (id) DO UPDATE SET api_enabled = excluded.api_enabled,"
+            " payouts_enabled = excluded.payouts_enabled, closed_currencies = excluded.closed_currencies",
+            (settings.api_enabled, settings.payouts_enabled, _encode(settings.closed_currencies)),
+        )
+
+
+class _Merchants(_Repository):
+    def get(self, merchant_id: str) -> Merchant | None:
+        merchant: Merchant | None = self._rows.one(_MERCHANTS, "id = ?", (merchant_id,))
+        return merchant
+
+    def put(self, merchant: Merchant) -> None:
+        self._rows.upsert(_MERCHANTS, merchant)
+
+    def list(self) -> builtins.list[Merchant]:
+        return self._rows.many(_MERCHANTS, f"ORDER BY created_at, {self._rows.seq}")
+
+
+class _Keys(_Repository):
+    def get(self, key_id: str) -> ApiKey | None:
+        key: ApiKey | None = self._rows.one(_KEYS, "id = ?", (key_id,))
+        return key
+
+    def by_hash(self, key_hash: str) -> ApiKey | None:
+        key: ApiKey | None = self._rows.one(_KEYS, "key_hash = ?", (key_hash,))
+        return key
+
+    def put(self, key: ApiKey) -> None:
+        self._rows.upsert(_KEYS, key)
+
+    def list(self, merchant_id: str) -> builtins.list[ApiKey]:
+        return self._rows.many(
+            _KEYS, f"WHERE merchant_id = ? ORDER BY created_at, {self._rows.seq}", (merchant_id,)
+        )
+
+
+class _Limits(_Repository):
+    def get(self, merchant_id: str, currency: str) -> PayoutLimits | None:
+        limits: PayoutLimits | None = self._rows.one(
+            _LIMITS, "merchant_id = ? AND currency = ?", (merchant_id, currency)
+        )
+        return limits
+
+    def put(self, limits: PayoutLimits) -> None:
+        self._rows.upsert(_LIMITS, limits)
+
+
+# --- collections and payouts ---------------------------------------------------------------------
+
+
+def _record_filters(status: enum.Enum | None, merchant_reference: str | None, **more: Any) -> Conditions:
+    """The conditions of a payout or collection list's filters."""
+    return _equal({"status": status, "merchant_reference": merchant_reference, **more})
+
+
+class _Collections(_Repository):
+    def get(self, reference: str) -> Collection | None:
+        collection: Collection | None = self._rows.one(
+            _COLLECTIONS, "reference = ?", (reference,), for_update=True
+        )
+        return collection
+
+    def add(self, collection: Collection) -> None:
+        self._rows.insert(_COLLECTIONS, collection)
+
+    def update(self, collection: Collection) -> None:
+        self._rows.update(_COLLECTIONS, collection)
+
+    def due(self, now: int, limit: int, *, per_lane: int | None = None) -> list[Collection]:
+        # in _queries.collection_due_order; in turns over _queries.collection_lane when per_lane is given
+        least = self._rows.dialect.least
+        order = f"{least}(expires_at, coalesce(next_check_at, expires_at)), collections.reference"
+        due = f"reference IN ({_DUE_COLLECTIONS})"
+        if per_lane is not None:
+            return self._rows.many(
+                _COLLECTIONS,
+                _in_turns("collections", "reference", "coalesce(provider, '')", due, order),
+                {"now": now, "per_lane": per_lane, "limit": limit},
+            )
+        return self._rows.many(
+            _COLLECTIONS, f"WHERE {due} ORDER BY {order} LIMIT :limit", {"now": now, "limit": limit}
+        )
+
+    def count_due(self, now: int) -> int:
+        return self._rows.count(f"SELECT count(*) FROM ({_DUE_COLLECTIONS}) AS due", {"now": now})
+
+    def prompts_since(self, phone: str, since: int) -> int:
+        return self._rows.count(
+            "SELECT count(*) FROM collections WHERE phone = ? AND submitted_at >= ?", (phone, since)
+        )
+
+    def oldest_due(self, now: int) -> int | None:
+        # _queries.collection_due_since: the earliest of each branch of collection_is_due
+        return self._rows.value(
+            "SELECT min(since) FROM ("
+            f" SELECT min(next_check_at) AS since FROM collections WHERE {_CHECK_COLLECTION}"
+            "  AND next_check_at <= :now"
+            f" UNION ALL SELECT min(expires_at) FROM collections WHERE {_EXPIRE_COLLECTION}"
+            "  AND submitted_at IS NULL AND expires_at <= :now) AS due",
+            {"now": now},
+        )
+
+    def tally(self, since: int, until: int, width: int) -> list[Tally]:
+        return _tally(
+            self._rows, "collections", "requested_currency", "requested_amount", since, until, width
+        )
+
+    def queue(
+        self,
+        *,
+        limit: int,
+        after: str | None = None,
+        merchant_id: str | None = None,
+        currency: str | None = None,
+        status: CollectionStatus | None = None,
+        created_from: int | None = None,
+        created_before: int | None = None,
+    ) -> list[Collection] | None:
+        conditions = _equal({"merchant_id": merchant_id, "requested_currency": currency, "status": status})
+        return self._rows.listing(
+            _COLLECTIONS,
+            key="reference",
+            after=after,
+            filters=[*conditions, *_created(created_from, created_before)],
+            limit=limit,
+            newest_first=False,
+        )
+
+    def page(
+        self,
+        merchant_id: str,
+        *,
+        limit: int,
+        after: str | None = None,
+        status: CollectionStatus | None = None,
+        merchant_reference: str | None = None,
+    ) -> list[Collection] | None:
+        filters = _record_filters(status, merchant_reference)
+        return self._rows.page(
+            _COLLECTIONS,
+            {"merchant_id": merchant_id},
+            key="reference",
+            after=after,
+            filters=filters,
+            limit=limit,
+        )
+
+
+class _Payouts(_Repository):
+    def __init__(self, rows: Rows) -> None:
+        super().__init__(rows)
+        dialect = rows.dialect
+        self._due = (
+            f"next_check_at IS NOT NULL AND next_check_at <= ? AND (({sql_in('status', PAYOUT_SEND_STATUSES)}"
+            f" AND {dialect.flag('awaiting_review', False)}) OR {sql_in('status', PAYOUT_CHECK_STATUSES)})"
+        )
+
+    def get(self, reference: str) -> Payout | None:
+        payout: Payout | None = self._rows.one(_PAYOUTS, "reference = ?", (reference,), for_update=True)
+        return payout
+
+    def add(self, payout: Payout) -> None:
+        self._rows.insert(_PAYOUTS, payout)
+
+    def add_many(self, payouts: builtins.list[Payout]) -> None:
+        self._rows.insert_many(_PAYOUTS, payouts)
+
+    def update(self, payout: Payout) -> None:
+        self._rows.update(_PAYOUTS, payout)
+
+    def due(self, now: int, limit: int) -> list[Payout]:
+        # _queries.payout_is_due, in _queries.payouts_in_due_order: each merchant's payouts numbered in
+        # their own order (next_check_at, reference), then every merchant's first, every second, ...;
+        # numbered on the narrow rows, and only the `limit` chosen are read whole
+        names = ", ".join(f"p.{column}" for column in _PAYOUTS.columns)
+        rows = self._rows.run(
+            f"SELECT {names} FROM (SELECT reference, next_check_at, row_number() OVER"
+            " (PARTITION BY merchant_id ORDER BY next_check_at, reference) AS turn FROM payouts"
+            f" WHERE {self._due} ORDER BY turn, next_check_at, reference LIMIT ?) AS due"
+            " JOIN payouts AS p ON p.reference = due.reference"
+            " ORDER BY due.turn, due.next_check_at, due.reference",
+            (now, limit),
+        ).fetchall()
+        return [_PAYOUTS.decode(row) for row in rows]
+
+    def count_due(self, now: int) -> int:
+        return self._rows.count(f"SELECT count(*) FROM payouts WHERE {self._due}", (now,))
+
+    def oldest_due(self, now: int) -> int | None:
+        return self._rows.value(f"SELECT min(next_check_at) FROM payouts WHERE {self._due}", (now,))
+
+    def tally(self, since: int, until: int, width: int) -> builtins.list[Tally]:
+        return _tally(self._rows, "payouts", "currency", "amount", since, until, width)
+
+    def totals(
+        self,
+        *,
+        status: PayoutStatus | None = None,
+        awaiting_review: bool | None = None,
+        unresolved: bool | None = None,
+    ) -> builtins.list[CurrencyTotal]:
+        # literals, not parameters: the planner then sees which partial index of migration 7 holds the
+        # rows; SQLite, without statistics, is told which (it would rather walk payouts_queue)
+        dialect = self._rows.dialect
+        where = ["TRUE"]
+        if status is not None:
+            where.append(sql_in("status", [status]))
+        if awaiting_review is not None:
+            where.append(dialect.flag("awaiting_review", awaiting_review))
+        if unresolved is not None:
+            where.append("resolution IS NULL" if unresolved else "resolution IS NOT NULL")
+        index = ""
+        if awaiting_review is True:
+            index = dialect.indexed_by("payouts_held")
+        elif status is PayoutStatus.FAILED and unresolved is True:
+            index = dialect.indexed_by("payouts_failed_unresolved")
+        rows = self._rows.run(
+            f"SELECT currency, count(*), sum(amount) FROM payouts{index} WHERE {' AND '.join(where)}"
+            " GROUP BY currency ORDER BY currency"
+        ).fetchall()
+        return [CurrencyTotal(str(c), int(n), int(a)) for c, n, a in rows]
+
+    def spent(self, merchant_id: str, currency: str, since: int) -> int:
+        # whole hours after the one holding `since` come from the trigger-kept buckets; that first,
+        # partial hour is summed exactly from the payouts themselves
+        next_hour = (since // HOUR_MS + 1) * HOUR_MS
+        return self._rows.count(
+            "SELECT (SELECT coalesce(sum(amount), 0) FROM payout_spend"
+            "        WHERE merchant_id = :m AND currency = :c AND hour >= :hour)"
+            " + (SELECT coalesce(sum(amount), 0) FROM payouts WHERE merchant_id = :m AND currency = :c"
+            f"       AND created_at >= :since AND created_at < :next AND {_SPENT})",
+            {
+                "m": merchant_id,
+                "c": currency,
+                "hour": next_hour // HOUR_MS,
+                "since": since,
+                "next": next_hour,
+            },
+        )
+
+    def page(
+        self,
+        merchant_id: str,
+        *,
+        limit: int,
+        after: str | None = None,
+        status: PayoutStatus | None = None,
+        merchant_reference: str | None = None,
+        batch_id: str | None = None,
+    ) -> list[Payout] | None:
+        filters = _record_filters(status, merchant_reference, batch_id=batch_id)
+        return self._rows.page(
+            _PAYOUTS, {"merchant_id": merchant_id}, key="reference", after=after, filters=filters, limit=limit
+        )
+
+    def in_batch(self, batch_id: str, *, after: int | None, limit: int) -> builtins.list[Payout]:
+        return self._rows.many(
+            _PAYOUTS,
+            "WHERE batch_id = ? AND batch_index > ? ORDER BY batch_index LIMIT ?",
+            (batch_id, -1 if after is None else after, limit),
+        )
+
+    def batch_tally(self, batch_id: str) -> builtins.list[BatchTally]:
+        rows = self._rows.run(
+            "SELECT status, currency, count(*), sum(amount) FROM payouts WHERE batch_id = ?"
+            " GROUP BY status, currency",
+            (batch_id,),
+        ).fetchall()
+        return [BatchTally(PayoutStatus(s), c, int(n), int(total)) for s, c, n, total in rows]
+
+    def batch_open(self, batch_id: str) -> int:
+        return self._rows.count(
+            f"SELECT count(*) FROM payouts WHERE batch_id = ? AND {_BATCH_OPEN}", (batch_id,)
+        )
+
+    def queue(
+        self,
+        *,
+        limit: int,
+        after: str | None = None,
+        merchant_id: str | None = None,
+        status: PayoutStatus | None = None,
+        awaiting_review: bool | None = None,
+        unresolved: bool | None = None,
+        currency: str | None = None,
+        created_from: int | None = None,
+        created_before: int | None = None,
+    ) -> builtins.list[Payout] | None:
+        conditions = _equal(
+            {
+                "merchant_id": merchant_id,
+                "status": status,
+                "awaiting_review": awaiting_review,
+                "currency": currency,
+            }
+        )
+        conditions += _created(created_from, created_before)
+        if unresolved is not None:
+            conditions.append(("resolution IS NULL" if unresolved else "resolution IS NOT NULL", ()))
+        return self._rows.listing(
+            _PAYOUTS, key="reference", after=after, filters=conditions, limit=limit, newest_first=False
+        )
+
+
+class _Batches(_Repository):
+    def add(self, batch: PayoutBatch) -> None:
+        self._rows.insert(_BATCHES, batch)
+
+    def get(self, batch_id: str) -> PayoutBatch | None:
+        batch: PayoutBatch | None = self._rows.one(_BATCHES, "id = ?", (batch_id,), for_update=True)
+        return batch
+
+    def update(self, batch: PayoutBatch) -> None:
+        self._rows.update(_BATCHES, batch)
+
+
+# --- the ledger ------------------------------------------------------------------------------------
+
+
+class _Ledger(_Repository):
+    def balance(self, merchant_id: str, currency: str) -> Balance:
+        balance: Balance | None = self._rows.one(
+            _BALANCES, "merchant_id = ? AND currency = ?", (merchant_id, currency)
+        )
+        return balance if balance is not None else Balance(merchant_id=merchant_id, currency=currency)
+
+    def balances(self, merchant_id: str) -> list[Balance]:
+        return self._rows.many(_BALANCES, "WHERE merchant_id = ? ORDER BY currency", (merchant_id,))
+
+    def put_balance(self, balance: Balance) -> None:
+        self._rows.upsert(_BALANCES, balance)
+
+    _MOVE = (
+        "UPDATE balances SET available = available + :a, reserved = reserved + :r,"
+        " paid_out = paid_out + :p, credited = credited + :k WHERE merchant_id = :m AND currency = :c"
+        " AND available + :a >= 0 AND reserved + :r >= 0 AND paid_out + :p >= 0"
+        f" RETURNING {_BALANCE_COLUMNS}"
+    )
+
+    def move(
+        self,
+        merchant_id: str,
+        currency: str,
+        *,
+        available: int = 0,
+        reserved: int = 0,
+        paid_out: int = 0,
+        credited: int = 0,
+    ) -> Balance | None:
+        amounts = {
+            "m": merchant_id,
+            "c": currency,
+            "a": available,
+            "r": reserved,
+            "p": paid_out,
+            "k": credited,
+        }
+        # one conditional statement: the row changes only if no account goes below zero (PostgreSQL
+        # waits for a concurrent move of the row and checks the condition again on what it left)
+        row = self._rows.write(self._MOVE, amounts).fetchone()
+        if row is None and min(available, reserved, paid_out) >= 0:
+            # only a missing row refuses an addition: create it (or, if another transaction just did,
+            # add to theirs)
+            row = self._rows.write(
+                f"INSERT INTO balances ({_BALANCE_COLUMNS}) VALUES (:m, :c, :a, :r, :p, :k)"
+                f" ON CONFLICT (merchant_id, currency) DO NOTHING RETURNING {_BALANCE_COLUMNS}",
+                amounts,
+            ).fetchone()
+            if row is None:
+                row = self._rows.write(self._MOVE, amounts).fetchone()
+        moved: Balance | None = None if row is None else _BALANCES.decode(row)
+        return moved
+
+    def append(self, entry: LedgerEntry) -> None:
+        self._rows.insert(_ENTRIES, entry)
+
+    def append_many(self, entries: list[LedgerEntry]) -> None:
+        self._rows.insert_many(_ENTRIES, entries)
+
+    def entries(self, merchant_id: str, currency: str) -> list[LedgerEntry]:
+        return self._rows.many(
+            _ENTRIES,
+            f"WHERE merchant_id = ? AND currency = ? ORDER BY created_at, {self._rows.seq}",
+            (merchant_id, currency),
+        )
+
+    def page(
+        self, merchant_id: str, currency: str, *, limit: int, after: str | None = None
+    ) -> list[LedgerEntry] | None:
+        scope = {"merchant_id": merchant_id, "currency": currency}
+        return self._rows.page(_ENTRIES, scope, key="id", after=after, filters=[], limit=limit)
+
+
+# --- webhooks, the outbox, idempotency, leases, rates ---------------------------------------------
+
+# _queries.endpoint_is_troubled and endpoint_trouble_order
+_TROUBLED = "(NOT is_active OR consecutive_failures > 0)"
+
+
+class _Webhooks(_Repository):
+    def get(self, merchant_id: str) -> WebhookEndpoint | None:
+        endpoint: WebhookEndpoint | None = self._rows.one(_WEBHOOKS, "merchant_id = ?", (merchant_id,))
+        return endpoint
+
+    def put(self, endpoint: WebhookEndpoint) -> None:
+        self._rows.upsert(_WEBHOOKS, endpoint)
+
+    def count_troubled(self) -> tuple[int, int]:
+        row = self._rows.run(
+            "SELECT count(*) FILTER (WHERE is_active), count(*) FILTER (WHERE NOT is_active) FROM webhooks"
+            f" WHERE {_TROUBLED}"
+        ).fetchone()
+        return int(row[0]), int(row[1])
+
+    def troubled(self, limit: int) -> list[WebhookEndpoint]:
+        return self._rows.many(
+            _WEBHOOKS,
+            f"WHERE {_TROUBLED} ORDER BY is_active, consecutive_failures DESC, merchant_id LIMIT ?",
+            (limit,),
+        )
+
+
+class _Outbox(_Repository):
+    def add(self, event: Event) -> None:
+        self._rows.insert(_EVENTS, event)
+
+    def get(self, event_id: str) -> Event | None:
+        event: Event | None = self._rows.one(_EVENTS, "id = ?", (event_id,), for_update=True)
+        return event
+
+    def update(self, event: Event) -> None:
+        self._rows.update(_EVENTS, event)
+
+    def due(self, now: int, limit: int, *, per_lane: int | None = None) -> list[Event]:
+        # _queries.event_is_due, oldest first; in turns over _queries.event_lane when per_lane is given
+        due = f"{_DUE_EVENT} AND next_attempt_at <= :now"
+        order = f"events.created_at, events.{self._rows.seq}"
+        if per_lane is not None:
+            return self._rows.many(
+                _EVENTS,
+                _in_turns("events", "id", "merchant_id", due, order),
+                {"now": now, "per_lane": per_lane, "limit": limit},
+            )
+        return self._rows.many(
+            _EVENTS, f"WHERE {due} ORDER BY {order} LIMIT :limit", {"now": now, "limit": limit}
+        )
+
+    def defer(self, merchant_id: str, until: int) -> int:
+        return int(
+            self._rows.write(
+                f"UPDATE events SET next_attempt_at = ? WHERE merchant_id = ? AND {_DUE_EVENT}"
+                " AND next_attempt_at < ?",
+                (until, merchant_id, until),
+            ).rowcount
+        )
+
+    def count_due(self, now: int) -> int:
+        return self._rows.count(
+            f"SELECT count(*) FROM events WHERE {_DUE_EVENT} AND next_attempt_at <= ?", (now,)
+        )
+
+    def oldest_due(self, now: int) -> int | None:
+        return self._rows.value(
+            f"SELECT min(next_attempt_at) FROM events WHERE {_DUE_EVENT} AND next_attempt_at <= ?", (now,)
+        )
+
+    def list(self, merchant_id: str) -> builtins.list[Event]:
+        return self._rows.many(
+            _EVENTS, f"WHERE merchant_id = ? ORDER BY created_at, {self._rows.seq}", (merchant_id,)
+        )
+
+    def page(
+        self,
+        merchant_id: str,
+        *,
+        limit: int,
+        after: str | None = None,
+        event_type: str | None = None,
+        statuses: frozenset[DeliveryStatus] | None = None,
+    ) -> builtins.list[Event] | None:
+        filters = _equal({"type": event_type})
+        if statuses is not None:
+            values = sorted(status.value for status in statuses)
+            filters.append((f"status IN ({', '.join('?' for _ in values) or 'NULL'})", tuple(values)))
+        return self._rows.page(
+            _EVENTS, {"merchant_id": merchant_id}, key="id", after=after, filters=filters, limit=limit
+        )
+
+    def resends_due(self, now: int, limit: int) -> builtins.list[Event]:
+        return self._rows.many(
+            _EVENTS,
+            f"WHERE resend_at IS NOT NULL AND resend_at <= ? ORDER BY resend_at, {self._rows.seq} LIMIT ?",
+            (now, limit),
+        )
+
+
+class _Deliveries(_Repository):
+    def add(self, delivery: Delivery) -> None:
+        self._rows.insert(_DELIVERIES, delivery)
+
+    def list(self, event_id: str) -> builtins.list[Delivery]:
+        return self._rows.many(_DELIVERIES, f"WHERE event_id = ? ORDER BY at, {self._rows.seq}", (event_id,))
+
+
+class _Idempotency(_Repository):
+    def get(self, merchant_id: str, key: str) -> IdempotencyRecord | None:
+        record: IdempotencyRecord | None = self._rows.one(
+            _IDEMPOTENCY, "merchant_id = ? AND key = ?", (merchant_id, key)
+        )
+        return record
+
+    def put(self, record: IdempotencyRecord) -> None:
+        self._rows.upsert(_IDEMPOTENCY, record)
+
+    def delete(self, merchant_id: str, key: str) -> None:
+        self._rows.write("DELETE FROM idempotency WHERE merchant_id = ? AND key = ?", (merchant_id, key))
+
+    def purge(self, before: int) -> int:
+        return int(self._rows.write("DELETE FROM idempotency WHERE created_at < ?", (before,)).rowcount)
+
+
+class _Leases(_Repository):
+    def take(self, kind: str, key: str, until: int) -> None:
+        self._rows.write(
+            "INSERT INTO work_leases (kind, key, until) VALUES (?, ?, ?)"
+            " ON CONFLICT (kind, key) DO UPDATE SET until = excluded.until",
+            (kind, key, until),
+        )
+
+    def drop(self, kind: str, key: str) -> None:
+        self._rows.write("DELETE FROM work_leases WHERE kind = ? AND key = ?", (kind, key))
+
+    def held(self, kind: str, now: int) -> int:
+        return self._rows.count("SELECT count(*) FROM work_leases WHERE kind = ? AND until > ?", (kind, now))
+
+    def purge(self, before: int) -> int:
+        return int(self._rows.write("DELETE FROM work_leases WHERE until < ?", (before,)).rowcount)
+
+
+class _Rates(_Repository):
+    """The rate counters: never the store's write lock, only their key's own (where there is one)."""
+
+    def buckets(self, key_id: str, width: int, since: int) -> builtins.list[tuple[int, int]]:
+        if self._rows.writable:  # before the read: its snapshot then holds the last holder's counts
+            self._rows.hold_key("rate", key_id)
+        rows = self._rows.run(
+            "SELECT start, hits FROM rate_counts WHERE key_id = ? AND width = ? AND start >= ?"
+            " ORDER BY start",
+            (key_id, width, since),
+            lock=False,
+        ).fetchall()
+        return [(int(start), int(hits)) for start, hits in rows]
+
+    def add(self, key_id: str, width: int, start: int, hits: int = 1) -> None:
+        if self._rows.writable:
+            self._rows.hold_key("rate", key_id)
+        self._rows.write(
+            "INSERT INTO rate_counts (key_id, width, start, hits) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT (key_id, width, start) DO UPDATE SET hits = rate_counts.hits + excluded.hits",
+            (key_id, width, start, hits),
+            lock=False,
+        )
+
+    def purge(self, before: int) -> int:
+        return int(
+            self._rows.write("DELETE FROM rate_counts WHERE start < ?", (before,), lock=False).rowcount
+        )
+
+
+# --- operators, console sessions, the audit trail ---------------------------------------------------
+
+
+class _Operators(_Repository):
+    def get(self, operator_id: str) -> StoredOperator | None:
+        found: StoredOperator | None = self._rows.one(_OPERATORS, "id = ?", (operator_id,))
+        return found
+
+    def by_hash(self, token_hash: str) -> StoredOperator | None:
+        found: StoredOperator | None = self._rows.one(_OPERATORS, "token_hash = ?", (token_hash,))
+        return found
+
+    def put(self, operator: StoredOperator) -> None:
+        self._rows.upsert(_OPERATORS, operator)
+
+    def list(self) -> builtins.list[StoredOperator]:
+        return self._rows.many(_OPERATORS, f"ORDER BY created_at, {self._rows.seq}")
+
+
+class _Sessions(_Repository):
+    def by_hash(self, token_hash: str) -> StoredSession | None:
+        session: StoredSession | None = self._rows.one(_SESSIONS, "token_hash = ?", (token_hash,))
+        return session
+
+    def put(self, session: StoredSession) -> None:
+        self._rows.upsert(_SESSIONS, session)
+
+    def delete(self, session_id: str) -> None:
+        self._rows.write("DELETE FROM console_sessions WHERE id = ?", (session_id,))
+
+    def end_all(self, operator_id: str) -> int:
+        return int(
+            self._rows.write("DELETE FROM console_sessions WHERE operator_id = ?", (operator_id,)).rowcount
+        )
+
+    def purge(self, *, seen_before: int, created_before: int) -> int:
+        return int(
+            self._rows.write(
+                "DELETE FROM console_sessions WHERE last_seen_at < ? OR created_at < ?",
+                (seen_before, created_before),
+            ).rowcount
+        )
+
+
+class _Audit(_Repository):
+    """Append-only: the migrations' triggers refuse UPDATE and DELETE of ``audit_log``."""
+
+    def add(self, entry: StoredAuditEntry) -> None:
+        self._rows.insert(_AUDIT, entry)
+
+    def page(
+        self, *, limit: int, after: str | None = None, subject: str | None = None
+    ) -> builtins.list[StoredAuditEntry] | None:
+        conditions = _equal({"subject": subject})
+        return self._rows.listing(_AUDIT, key="id", after=after, filters=conditions, limit=limit, at="at")
+
+
+class SqlTransaction:
+    """One unit of work on one connection: the repositories of ``ports.UnitOfWork``."""
+
+    def __init__(self, rows: Rows) -> None:
+        self.settings = _Settings(rows)
+        self.merchants = _Merchants(rows)
+        self.keys = _Keys(rows)
+        self.limits = _Limits(rows)
+        self.collections = _Collections(rows)
+        self.payouts = _Payouts(rows)
+        self.batches = _Batches(rows)
+        self.ledger = _Ledger(rows)
+        self.webhooks = _Webhooks(rows)
+        self.outbox = _Outbox(rows)
+        self.deliveries = _Deliveries(rows)
+        self.idempotency = _Idempotency(rows)
+        self.leases = _Leases(rows)
+        self.rates = _Rates(rows)
+        self.operators = _Operators(rows)
+        self.sessions = _Sessions(rows)
+        self.audit = _Audit(rows)
