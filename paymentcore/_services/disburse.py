@@ -681,12 +681,9 @@ class Disburse:
         deps = self._deps
         actor = audit.check_actor(actor)
         payout = self.find(reference)
-        if payout.resolution is not None or payout.status not in (PayoutStatus.FAILED, PayoutStatus.SENT):
-            raise InvalidTransitionError(
-                f"Payout {reference} is {payout.status.value}"
-                + (" and already resolved" if payout.resolution is not None else "")
-                + "; only an unresolved FAILED or SENT payout can be resolved."
-            )
+        refused = payout.why_not_resolve()
+        if refused is not None:
+            raise InvalidTransitionError(refused)
         moved = deps.network.money_moved(_request_of(payout))
         with deps.transaction() as tx:
             current = self._require(tx, reference)
