@@ -34,9 +34,10 @@ from paymentcore import (
     WebhookSettings,
     from_ms,
 )
+from paymentcore.limits import DEFAULT_PAGE_LIMIT, MAX_IDEMPOTENCY_KEY_LENGTH
+from paymentcore_server._headers import IDEMPOTENCY_HEADER
 
-IDEMPOTENCY_HEADER = "Idempotency-Key"
-LIMIT_DEFAULT = 20  # a list's page size when ``limit`` is not given (the library's default too)
+LIMIT_DEFAULT = DEFAULT_PAGE_LIMIT  # a list's page size when ``limit`` is not given (the library's)
 LIMIT_DIGITS = 3  # a longer ``limit`` is out of range whatever it says
 
 E = TypeVar("E", bound=enum.Enum)
@@ -45,7 +46,9 @@ T = TypeVar("T")
 # what the library's messages say, and what the API has always said on the wire
 _HTTP_MESSAGES: Mapping[str, str] = {
     "IDEMPOTENCY_KEY_REQUIRED": "Payouts need an Idempotency-Key header.",
-    "IDEMPOTENCY_KEY_TOO_LONG": "The Idempotency-Key header must be at most 200 characters.",
+    "IDEMPOTENCY_KEY_TOO_LONG": (
+        f"The {IDEMPOTENCY_HEADER} header must be at most {MAX_IDEMPOTENCY_KEY_LENGTH} characters."
+    ),
     "IDEMPOTENCY_KEY_REUSED": "This Idempotency-Key was already used with a different request.",
 }
 
