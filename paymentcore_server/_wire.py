@@ -21,7 +21,6 @@ from paymentcore import (
     EventRecord,
     EventSummary,
     InvalidRequestError,
-    ItemError,
     LedgerItem,
     MerchantBalance,
     Page,
@@ -34,6 +33,7 @@ from paymentcore import (
     WebhookSettings,
     from_ms,
 )
+from paymentcore.errors import RefusedItemError
 from paymentcore.limits import DEFAULT_PAGE_LIMIT, MAX_IDEMPOTENCY_KEY_LENGTH
 from paymentcore_server._headers import IDEMPOTENCY_HEADER
 
@@ -321,7 +321,7 @@ def bulk_items(value: Any) -> Any:
     return made
 
 
-def item_error_json(error: ItemError) -> dict[str, Any]:
+def item_error_json(error: RefusedItemError) -> dict[str, Any]:
     """A refused item's error in the API's error shape (no ``requestId``: the request has it), ``param``
     by its wire name, and ``param`` and ``details`` only when there are some."""
     body: dict[str, Any] = {"code": error.code, "message": error.message}

@@ -220,6 +220,11 @@ class RefusedItem(Protocol):
     @property
     def error(self) -> RefusedItemError | None: ...
     @property
+    def payout(self) -> object | None:
+        """None: a refused item created no payout (a ``BatchPayout`` for an accepted one)."""
+        ...
+
+    @property
     def accepted(self) -> bool: ...
 
 
