@@ -47,6 +47,7 @@ from paymentcore._domain.errors import (
     UnknownCurrencyError,
     UnknownProviderError,
 )
+from paymentcore._domain.event_types import EventType
 from paymentcore._domain.events import WebhookEvent, construct_event
 from paymentcore._domain.models import (
     ApiKey,
@@ -155,6 +156,7 @@ __all__ = [
     "EventDeliveryStatus",
     "EventRecord",
     "EventSummary",
+    "EventType",
     "FakeClock",
     "FlowError",
     "HourCounts",

@@ -22,6 +22,12 @@ from paymentcore import (
     ServerError,
     wire,
 )
+from paymentcore_server._headers import (
+    RATE_LIMIT_LIMIT,
+    RATE_LIMIT_REMAINING,
+    RATE_LIMIT_RESET,
+    RETRY_AFTER_HEADER,
+)
 from paymentcore_server.errors import BodyTooLargeError, MethodNotAllowedError, status_of
 
 __all__ = [
@@ -59,10 +65,10 @@ def error_response(request: Request, error: PaymentError) -> Response:
     body["requestId"] = request_id(request)
     headers = {}
     if isinstance(error, RateLimitedError):
-        headers["Retry-After"] = str(error.retry_after)
-        headers["X-RateLimit-Limit"] = str(error.limit)
-        headers["X-RateLimit-Remaining"] = "0"
-        headers["X-RateLimit-Reset"] = str(error.retry_after)
+        headers[RETRY_AFTER_HEADER] = str(error.retry_after)
+        headers[RATE_LIMIT_LIMIT] = str(error.limit)
+        headers[RATE_LIMIT_REMAINING] = "0"
+        headers[RATE_LIMIT_RESET] = str(error.retry_after)
     return json_response(body, status_of(error), headers)
 
 

@@ -21,7 +21,6 @@ from paymentcore import (
     EventRecord,
     EventSummary,
     InvalidRequestError,
-    ItemError,
     LedgerItem,
     MerchantBalance,
     Page,
@@ -34,9 +33,11 @@ from paymentcore import (
     WebhookSettings,
     from_ms,
 )
+from paymentcore.errors import RefusedItemError
+from paymentcore.limits import DEFAULT_PAGE_LIMIT, MAX_IDEMPOTENCY_KEY_LENGTH
+from paymentcore_server._headers import IDEMPOTENCY_HEADER
 
-IDEMPOTENCY_HEADER = "Idempotency-Key"
-LIMIT_DEFAULT = 20  # a list's page size when ``limit`` is not given (the library's default too)
+LIMIT_DEFAULT = DEFAULT_PAGE_LIMIT  # a list's page size when ``limit`` is not given (the library's)
 LIMIT_DIGITS = 3  # a longer ``limit`` is out of range whatever it says
 
 E = TypeVar("E", bound=enum.Enum)
@@ -45,7 +46,9 @@ T = TypeVar("T")
 # what the library's messages say, and what the API has always said on the wire
 _HTTP_MESSAGES: Mapping[str, str] = {
     "IDEMPOTENCY_KEY_REQUIRED": "Payouts need an Idempotency-Key header.",
-    "IDEMPOTENCY_KEY_TOO_LONG": "The Idempotency-Key header must be at most 200 characters.",
+    "IDEMPOTENCY_KEY_TOO_LONG": (
+        f"The {IDEMPOTENCY_HEADER} header must be at most {MAX_IDEMPOTENCY_KEY_LENGTH} characters."
+    ),
     "IDEMPOTENCY_KEY_REUSED": "This Idempotency-Key was already used with a different request.",
 }
 
@@ -318,7 +321,7 @@ def bulk_items(value: Any) -> Any:
     return made
 
 
-def item_error_json(error: ItemError) -> dict[str, Any]:
+def item_error_json(error: RefusedItemError) -> dict[str, Any]:
     """A refused item's error in the API's error shape (no ``requestId``: the request has it), ``param``
     by its wire name, and ``param`` and ``details`` only when there are some."""
     body: dict[str, Any] = {"code": error.code, "message": error.message}

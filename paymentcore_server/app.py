@@ -39,6 +39,7 @@ from paymentcore import (
 from paymentcore import Scope as KeyScope
 from paymentcore.adapters.memory import MemoryStore
 from paymentcore.adapters.sqlite import SqliteStore
+from paymentcore.limits import MAX_IDEMPOTENCY_KEY_LENGTH
 from paymentcore.ports import StoreReadOnlyError
 from paymentcore_server._edge import (
     HEADERS_TOO_LARGE,
@@ -52,8 +53,13 @@ from paymentcore_server._edge import (
     read_body,
     request_id,
 )
-from paymentcore_server._wire import (
+from paymentcore_server._headers import (
     IDEMPOTENCY_HEADER,
+    RATE_LIMIT_LIMIT,
+    RATE_LIMIT_REMAINING,
+    RATE_LIMIT_RESET,
+)
+from paymentcore_server._wire import (
     Fields,
     Query,
     allowance_json,
@@ -101,7 +107,7 @@ __all__ = [
     "request_id",
 ]
 
-MAX_IDEMPOTENCY_KEY = 200
+MAX_IDEMPOTENCY_KEY = MAX_IDEMPOTENCY_KEY_LENGTH
 UNAUTHORIZED_MESSAGE = "A valid API key is required: send Authorization: Bearer <API_KEY>."
 CACHE_HOUR = "public, max-age=3600"
 REQUEST_THREADS = 40  # requests served at once, as many as Starlette's default thread pool
@@ -126,10 +132,11 @@ def check_idempotency_header(key: str | None) -> str | None:
         return None
     if len(key) > MAX_IDEMPOTENCY_KEY:
         raise IdempotencyKeyTooLongError(
-            "The Idempotency-Key header must be at most 200 characters.", param="Idempotency-Key"
+            f"The {IDEMPOTENCY_HEADER} header must be at most {MAX_IDEMPOTENCY_KEY} characters.",
+            param=IDEMPOTENCY_HEADER,
         )
     if not key.strip():
-        raise InvalidRequestError("The Idempotency-Key header is empty.", param="Idempotency-Key")
+        raise InvalidRequestError(f"The {IDEMPOTENCY_HEADER} header is empty.", param=IDEMPOTENCY_HEADER)
     return key
 
 
@@ -237,9 +244,9 @@ class Api:
     @staticmethod
     def _rate_headers(state: RateState) -> dict[str, str]:
         return {
-            "X-RateLimit-Limit": str(state.limit),
-            "X-RateLimit-Remaining": str(state.remaining),
-            "X-RateLimit-Reset": str(state.reset_seconds),
+            RATE_LIMIT_LIMIT: str(state.limit),
+            RATE_LIMIT_REMAINING: str(state.remaining),
+            RATE_LIMIT_RESET: str(state.reset_seconds),
         }
 
     def endpoint(

@@ -574,19 +574,28 @@ class Console:
 
     # --- the work queues ---------------------------------------------------------------------------
 
+    @staticmethod
+    def _payout_actions(item: OperatorPayout, who: Signed) -> list[str]:
+        """The buttons of the actions the payout's guards allow now (the service refuses the others)."""
+        base = f"{PREFIX}/payouts/{quote(item.payout.reference)}"
+        actions = []
+        if item.can_release:
+            actions.append(button_form(f"{base}/release", "Release", who.csrf))
+        if item.can_reject:
+            actions.append(button_form(f"{base}/reject", "Reject", who.csrf, css="danger"))
+        if item.can_resolve:
+            actions.append(button_form(f"{base}/resolve", "Resolve", who.csrf))
+        return actions
+
     def _queue_rows(
         self, items: Sequence[OperatorPayout], names: Mapping[str, str], who: Signed, *, failed: bool
     ) -> Iterator[list[str]]:
         for item in items:
             p = item.payout
-            base = f"{PREFIX}/payouts/{quote(p.reference)}"
+            actions = "".join(self._payout_actions(item, who))
             if failed:
-                actions = button_form(f"{base}/resolve", "Resolve", who.csrf)
                 tail = [text(p.status_reason), moment(item.updated_at)]
             else:
-                actions = button_form(f"{base}/release", "Release", who.csrf) + button_form(
-                    f"{base}/reject", "Reject", who.csrf, css="danger"
-                )
                 tail = [text(p.merchant_reference), moment(p.created_at)]
             yield [
                 self._payout_link(p.reference),
@@ -674,13 +683,7 @@ class Console:
         item = self.core.operator.payout(request.path_params["reference"])
         p = item.payout
         names = self._names()
-        base = f"{PREFIX}/payouts/{quote(p.reference)}"
-        actions = []
-        if p.awaiting_review and p.status is PayoutStatus.PENDING:
-            actions.append(button_form(f"{base}/release", "Release", who.csrf))
-            actions.append(button_form(f"{base}/reject", "Reject", who.csrf, css="danger"))
-        if item.resolution is None and p.status in (PayoutStatus.FAILED, PayoutStatus.SENT):
-            actions.append(button_form(f"{base}/resolve", "Resolve", who.csrf))
+        actions = self._payout_actions(item, who)
         details = definition_list(
             {
                 "Reference": f"<span class='mono' id='reference'>{text(p.reference)}</span>",

@@ -24,9 +24,35 @@ Written for code generators as much as for people:
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from paymentcore import errors
+from paymentcore import errors, events, signing
+from paymentcore.events import EventType
+from paymentcore.limits import (
+    DEFAULT_PAGE_LIMIT,
+    MAX_BATCH_ITEMS,
+    MAX_IDEMPOTENCY_KEY_LENGTH,
+    MAX_PAGE_LIMIT,
+    MAX_URL_LENGTH,
+)
+from paymentcore.signing import (
+    EVENT_HEADER,
+    EVENT_ID_HEADER,
+    SIGNATURE_HEADER,
+    SIGNATURE_HEX_DIGITS,
+    SIGNATURE_SCHEME,
+    TIMESTAMP_HEADER,
+    TOLERANCE_SECONDS,
+)
+from paymentcore_server._headers import (
+    IDEMPOTENCY_HEADER,
+    RATE_LIMIT_LIMIT,
+    RATE_LIMIT_REMAINING,
+    RATE_LIMIT_RESET,
+    REQUEST_ID_HEADER,
+    RETRY_AFTER_HEADER,
+)
 
 __all__ = [
     "ACCESS_403",
@@ -48,6 +74,7 @@ __all__ = [
     "PAYOUT_EVENTS",
     "PAYOUT_REFERENCE_PATTERN",
     "SCOPED_403",
+    "SIGNATURE_PATTERN",
     "TAGS",
     "TIMESTAMP_PATTERN",
     "TRANSACT_403",
@@ -92,35 +119,32 @@ MONEY_DESCRIPTION = (
 
 # --- webhooks (spec "Events") ----------------------------------------------------------------------
 
-COLLECTION_EVENTS = ("collect.succeeded", "collect.failed")
-PAYOUT_EVENTS = ("disburse.sent", "disburse.succeeded", "disburse.failed")
-BATCH_EVENTS = ("disburse.bulk.completed",)  # an extension; the same name for legacy endpoints
-LEGACY_EVENT_NAMES = {  # the current name -> the name an endpoint registered for legacy names gets
-    "collect.succeeded": "payment.succeeded",
-    "collect.failed": "payment.failed",
-    "disburse.sent": "payout.sent",
-    "disburse.succeeded": "payout.paid",
-    "disburse.failed": "payout.failed",
-}
-WEBHOOK_HEADERS = ("X-Service-Signature", "X-Service-Timestamp", "X-Service-Event", "X-Service-Event-Id")
+# the library's event types (paymentcore.events), as the plain names the document shows
+COLLECTION_EVENTS = tuple(t.value for t in events.COLLECTION_EVENTS)
+PAYOUT_EVENTS = tuple(t.value for t in events.PAYOUT_EVENTS)
+BATCH_EVENTS = tuple(t.value for t in events.BATCH_EVENTS)  # an extension; the same name for legacy endpoints
+LEGACY_EVENT_NAMES = dict(events.LEGACY_NAMES)  # the current name -> the name a legacy endpoint gets
+WEBHOOK_HEADERS = signing.WEBHOOK_HEADERS
+#: the signature header's value: the scheme, then the lowercase hex digest
+SIGNATURE_PATTERN = f"^{re.escape(SIGNATURE_SCHEME)}[0-9a-f]{{{SIGNATURE_HEX_DIGITS}}}$"
 
-_EVENT_WHEN = {
-    "collect.succeeded": ("A collection reached SUCCESS: the payer's payment cleared.", "SUCCESS"),
-    "collect.failed": (
+_EVENT_WHEN: dict[EventType, tuple[str, str]] = {
+    EventType.COLLECT_SUCCEEDED: ("A collection reached SUCCESS: the payer's payment cleared.", "SUCCESS"),
+    EventType.COLLECT_FAILED: (
         "A collection reached FAILED: the payment did not clear (including an expired checkout).",
         "FAILED",
     ),
-    "disburse.sent": (
+    EventType.DISBURSE_SENT: (
         "A payout reached SENT: the network accepted it. Not yet delivered: wait for disburse.succeeded.",
         "SENT",
     ),
-    "disburse.succeeded": ("A payout reached PAID: the recipient has the money.", "PAID"),
-    "disburse.failed": (
+    EventType.DISBURSE_SUCCEEDED: ("A payout reached PAID: the recipient has the money.", "PAID"),
+    EventType.DISBURSE_FAILED: (
         "A payout reached FAILED (the network refused it; the money stays reserved) or REJECTED (declined "
         "in review; the money is back in the balance).",
         "FAILED or REJECTED",
     ),
-    "disburse.bulk.completed": (
+    EventType.DISBURSE_BULK_COMPLETED: (
         "**Extension.** Every accepted item of a bulk payout request (POST /v1/disburse/bulk) is final: "
         "PAID, FAILED or REJECTED (at once for a batch that accepted nothing). Sent once per batch, after "
         "the events of its payouts.",
@@ -140,13 +164,13 @@ TAGS = (
     ("service", "Health and this document."),
 )
 
-DESCRIPTION = """\
+DESCRIPTION = f"""\
 Collect money from mobile money numbers (direct charge or hosted checkout) and disburse money from the
 merchant balance to mobile money numbers. Every endpoint under /v1 needs `Authorization: Bearer
 <API_KEY>`. Bodies are JSON; amounts are JSON numbers in the currency's units, exact decimals, never
 rounded.
 
-Every response carries `X-Request-Id`. Every error has the shape of the one `Error` schema; its
+Every response carries `{REQUEST_ID_HEADER}`. Every error has the shape of the one `Error` schema; its
 `requestId` equals that header, `code` is the thing to branch on (each error answer lists the codes it
 may carry in `x-error-codes`), and only the first problem found is reported. An unknown path answers
 404 `NOT_FOUND`; a method a path does not accept answers 405 `INVALID_REQUEST` with an `Allow` header; a
@@ -262,9 +286,9 @@ def _ok(
     rate_limited: bool = True,
     cache: bool = False,
 ) -> dict[str, Any]:
-    names = ["X-Request-Id"]
+    names = [REQUEST_ID_HEADER]
     if rate_limited:
-        names += ["X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"]
+        names += [RATE_LIMIT_LIMIT, RATE_LIMIT_REMAINING, RATE_LIMIT_RESET]
     if cache:
         names.append("Cache-Control")
     return {"description": description, "headers": _headers(*names), "content": _json_content(schema)}
@@ -278,7 +302,7 @@ def _error(description: str, codes: tuple[str, ...], *headers: str) -> dict[str,
     listed = ", ".join(f"`{code}`" for code in codes)
     return {
         "description": f"{description} Codes: {listed}.",
-        "headers": _headers("X-Request-Id", *headers),
+        "headers": _headers(REQUEST_ID_HEADER, *headers),
         "content": _json_content(_schema("Error")),
         "x-error-codes": list(codes),
     }
@@ -374,7 +398,7 @@ def _enums() -> dict[str, Any]:
             "account.",
         ),
         "EventType": _string(
-            enum=list(_EVENT_WHEN),
+            enum=[t.value for t in EventType],
             description="An event's current name (also for an endpoint that receives the legacy names).",
         ),
         "DeliveryStatus": _string(
@@ -492,7 +516,7 @@ def _request_schemas() -> dict[str, Any]:
             {
                 "url": _string(
                     minLength=1,
-                    maxLength=2048,
+                    maxLength=MAX_URL_LENGTH,
                     format="uri",
                     description="A public http(s) URL; private, loopback and link-local addresses are "
                     "refused.",
@@ -540,7 +564,7 @@ def _record_schemas() -> dict[str, Any]:
                     "(and `expected` on CURRENCY_MISMATCH); absent otherwise.",
                     "additionalProperties": True,
                 },
-                "requestId": _string(minLength=1, description="Equals the X-Request-Id header."),
+                "requestId": _string(minLength=1, description=f"Equals the {REQUEST_ID_HEADER} header."),
             },
             required=["code", "message", "requestId"],
             description="Every error answer, whatever the status. Branch on `code`.",
@@ -791,7 +815,7 @@ def _batch_schemas() -> dict[str, Any]:
         "itemCount": {
             "type": "integer",
             "minimum": 1,
-            "maximum": 1000,
+            "maximum": MAX_BATCH_ITEMS,
             "description": "Items in the request.",
         },
         "acceptedCount": {"type": "integer", "minimum": 0, "description": "Items that created a payout."},
@@ -851,9 +875,9 @@ def _batch_schemas() -> dict[str, Any]:
                 "items": {
                     "type": "array",
                     "minItems": 1,
-                    "maxItems": 1000,
+                    "maxItems": MAX_BATCH_ITEMS,
                     "items": _schema("BulkPayoutItem"),
-                    "description": "1 to 1,000 payouts, checked in this order.",
+                    "description": f"1 to {MAX_BATCH_ITEMS:,} payouts, checked in this order.",
                 },
             },
             required=["mode", "items"],
@@ -953,7 +977,7 @@ def _event_schemas() -> dict[str, Any]:
     event_id = _string(
         pattern=EVENT_ID_PATTERN,
         description="**Extension.** The event's id: the same on every delivery of the event (retries and "
-        "redeliveries); equals the X-Service-Event-Id header. Store it and ignore repeats.",
+        f"redeliveries); equals the {EVENT_ID_HEADER} header. Store it and ignore repeats.",
         **{"x-extension": True},
     )
     return {
@@ -1012,7 +1036,7 @@ def _event_schemas() -> dict[str, Any]:
         ),
         "BatchEvent": _exact_object(
             {
-                "event": _string(const="disburse.bulk.completed"),
+                "event": _string(const=EventType.DISBURSE_BULK_COMPLETED.value),
                 "data": _schema("BatchEventData"),
                 "eventId": event_id,
             },
@@ -1025,30 +1049,30 @@ def _event_schemas() -> dict[str, Any]:
 
 def _header_components() -> dict[str, Any]:
     return {
-        "X-Request-Id": {
+        REQUEST_ID_HEADER: {
             "description": "The request's id; equals `requestId` in an error body.",
             "required": True,
             "schema": _string(minLength=1),
         },
-        "X-RateLimit-Limit": {
+        RATE_LIMIT_LIMIT: {
             "description": "The key's per-minute ceiling.",
             "required": True,
             "schema": {"type": "integer", "minimum": 1},
             "x-extension": True,
         },
-        "X-RateLimit-Remaining": {
+        RATE_LIMIT_REMAINING: {
             "description": "Requests left in the current minute.",
             "required": True,
             "schema": {"type": "integer", "minimum": 0},
             "x-extension": True,
         },
-        "X-RateLimit-Reset": {
+        RATE_LIMIT_RESET: {
             "description": "Seconds until the minute window frees a request.",
             "required": True,
             "schema": {"type": "integer", "minimum": 0},
             "x-extension": True,
         },
-        "Retry-After": {
+        RETRY_AFTER_HEADER: {
             "description": "Seconds to wait before retrying.",
             "required": True,
             "schema": {"type": "integer", "minimum": 1},
@@ -1069,7 +1093,7 @@ def _response_components() -> dict[str, Any]:
         "Unauthorized": _error("The API key is missing, malformed, unknown or revoked.", ("UNAUTHORIZED",)),
         "IdempotencyKeyReused": {
             **_error(
-                "The Idempotency-Key was already used with a different body; nothing happened.",
+                f"The {IDEMPOTENCY_HEADER} was already used with a different body; nothing happened.",
                 ("IDEMPOTENCY_KEY_REUSED",),
             ),
             "x-extension": True,
@@ -1078,7 +1102,7 @@ def _response_components() -> dict[str, Any]:
         "RateLimited": _error(
             "The key went over its per-minute or per-hour ceiling; the message names the window.",
             ("RATE_LIMITED",),
-            "Retry-After",
+            RETRY_AFTER_HEADER,
         ),
         "ServerError": _error("Service-side failure; retry and quote requestId.", ("SERVER_ERROR",)),
         "NotFound": _error("No such path, or no such resource on this account.", ("NOT_FOUND",)),
@@ -1102,20 +1126,20 @@ def _parameter_components() -> dict[str, Any]:
 
     return {
         "IdempotencyKey": {
-            "name": "Idempotency-Key",
+            "name": IDEMPOTENCY_HEADER,
             "in": "header",
             "required": False,
             "description": "Scoped per merchant: a repeat with the same key and body answers the original "
             "status and body and does nothing twice; the same key with another body answers 409.",
-            "schema": _string(minLength=1, maxLength=200),
+            "schema": _string(minLength=1, maxLength=MAX_IDEMPOTENCY_KEY_LENGTH),
         },
         "IdempotencyKeyRequired": {
-            "name": "Idempotency-Key",
+            "name": IDEMPOTENCY_HEADER,
             "in": "header",
             "required": True,
             "description": "Required on payouts. The same key returns the original payout; nothing moves "
             "twice. The same key with another body answers 409.",
-            "schema": _string(minLength=1, maxLength=200),
+            "schema": _string(minLength=1, maxLength=MAX_IDEMPOTENCY_KEY_LENGTH),
         },
         "CollectionReference": path("reference", "A collection reference (REQ-...)."),
         "PayoutReference": path("reference", "A payout reference (PO-...)."),
@@ -1123,8 +1147,8 @@ def _parameter_components() -> dict[str, Any]:
         "EventId": path("id", "An event id (evt_...), as in the webhook body's eventId."),
         "Limit": _query(
             "limit",
-            "How many items a page holds: 1 to 100, 20 when not given.",
-            {"type": "integer", "minimum": 1, "maximum": 100, "default": 20},
+            f"How many items a page holds: 1 to {MAX_PAGE_LIMIT}, {DEFAULT_PAGE_LIMIT} when not given.",
+            {"type": "integer", "minimum": 1, "maximum": MAX_PAGE_LIMIT, "default": DEFAULT_PAGE_LIMIT},
         ),
         "StartingAfter": _query(
             "startingAfter",
@@ -1167,24 +1191,25 @@ def _parameter_components() -> dict[str, Any]:
             "deliveryStatus", "Only the events whose delivery stands here.", _schema("DeliveryStatus")
         ),
         "WebhookSignature": {
-            "name": "X-Service-Signature",
+            "name": SIGNATURE_HEADER,
             "in": "header",
             "required": True,
             "description": "`sha256=` and the lowercase hex HMAC-SHA-256, keyed with the signing secret, of "
-            "the X-Service-Timestamp value, a full stop, and the raw body bytes. Verify over the raw body "
+            f"the {TIMESTAMP_HEADER} value, a full stop, and the raw body bytes. Verify over the raw body "
             "as received and compare in constant time.",
-            "schema": _string(pattern=r"^sha256=[0-9a-f]{64}$"),
+            "schema": _string(pattern=SIGNATURE_PATTERN),
         },
         "WebhookTimestamp": {
-            "name": "X-Service-Timestamp",
+            "name": TIMESTAMP_HEADER,
             "in": "header",
             "required": True,
             "description": "Unix time in seconds when this attempt was signed (each retry is signed afresh). "
-            "Refuse a delivery more than 300 seconds away from your clock, even with a valid signature.",
+            f"Refuse a delivery more than {TOLERANCE_SECONDS} seconds away from your clock, even with a "
+            "valid signature.",
             "schema": _string(pattern=r"^\d+$"),
         },
         "WebhookEventId": {
-            "name": "X-Service-Event-Id",
+            "name": EVENT_ID_HEADER,
             "in": "header",
             "required": True,
             "description": "**Extension.** The event's stable id (`evt_...`): the same on every retry and "
@@ -1248,7 +1273,8 @@ def _listing(
         },
         description=_EXTENSION
         + description
-        + " Pages: `limit` items at most (default 20, at most 100); the next page starts after the last "
+        + f" Pages: `limit` items at most (default {DEFAULT_PAGE_LIMIT}, at most {MAX_PAGE_LIMIT}); the next "
+        "page starts after the last "
         "item given as `startingAfter`. A bad `limit`, `startingAfter` or filter answers 400 "
         "INVALID_REQUEST, `param` naming it.",
         parameters=[
@@ -1302,7 +1328,7 @@ def _collect_paths() -> dict[str, Any]:
                     forbidden=TRANSACT_403, bad_request=checkout_400, body=True, idempotent=True
                 ),
             },
-            description="Needs the Collect scope. The same Idempotency-Key returns the same payment.",
+            description=f"Needs the Collect scope. The same {IDEMPOTENCY_HEADER} returns the same payment.",
             parameters=idempotency,
             body=_body(
                 "CheckoutRequest",
@@ -1352,7 +1378,8 @@ def _collect_paths() -> dict[str, Any]:
                     ),
                 },
                 description="Needs the Collect scope. Refusals happen before any prompt; nothing is "
-                "charged. A repeat with the same Idempotency-Key returns the original charge and sends no "
+                f"charged. A repeat with the same {IDEMPOTENCY_HEADER} returns the original charge and sends "
+                "no "
                 "second prompt.",
                 parameters=idempotency,
                 body=_body(
@@ -1417,7 +1444,8 @@ def _disburse_paths() -> dict[str, Any]:
                     forbidden=disburse_403, bad_request=disburse_400, body=True, idempotent=True
                 ),
             },
-            description="Needs the Disburse scope and an Idempotency-Key. Checked before the balance moves: "
+            description=f"Needs the Disburse scope and an {IDEMPOTENCY_HEADER}. Checked before the balance "
+            "moves: "
             "permission, payout limits, the live balance, the review threshold.",
             parameters=[_ref("parameters", "IdempotencyKeyRequired")],
             body=_body(
@@ -1471,7 +1499,7 @@ def _disburse_paths() -> dict[str, Any]:
 
     bulk = _operation(
         "disburseBulk",
-        "Send up to 1,000 payouts in one request",
+        f"Send up to {MAX_BATCH_ITEMS:,} payouts in one request",
         "disburse",
         {
             "201": _ok(
@@ -1484,7 +1512,7 @@ def _disburse_paths() -> dict[str, Any]:
                 body=True,
                 idempotent=True,
                 bad_request_description="The request is malformed and refused whole, nothing done: `param` "
-                "names the field, header or item at fault (`items`, `items[1000]`, "
+                f"names the field, header or item at fault (`items`, `items[{MAX_BATCH_ITEMS}]`, "
                 "`items[3].merchantReference` for a missing or repeated one, `mode`).",
             ),
             "422": {
@@ -1496,7 +1524,8 @@ def _disburse_paths() -> dict[str, Any]:
                 "x-extension": True,
             },
         },
-        description=_EXTENSION + "Needs the Disburse scope and an Idempotency-Key, which covers the whole "
+        description=_EXTENSION
+        + f"Needs the Disburse scope and an {IDEMPOTENCY_HEADER}, which covers the whole "
         "request; counts as one request against the key's rate limit. Each item is checked exactly as "
         "POST /v1/disburse checks a payout (amount bounds and precision, currency, number, switches, "
         "per-payout and rolling ceilings, balance, review threshold), in item order: the ceilings and the "
@@ -1531,7 +1560,8 @@ def _disburse_paths() -> dict[str, Any]:
         },
         description=_EXTENSION + "Needs the Disburse scope. `progress` counts and sums the batch's payouts "
         "per status as they are now; `items` is one page of the items in request order (`limit`, default "
-        "20, at most 100; the next page starts after the item whose index is `startingAfter`). GET "
+        f"{DEFAULT_PAGE_LIMIT}, at most {MAX_PAGE_LIMIT}; the next page starts after the item whose index is "
+        "`startingAfter`). GET "
         "/v1/disburse?batch={id} lists its payout records.",
         parameters=[
             _ref("parameters", "BatchId"),
@@ -1668,7 +1698,7 @@ def _event_paths() -> dict[str, Any]:
                 },
                 description=_EXTENSION
                 + "Any valid key of the merchant. Queues one more delivery of the event to the "
-                "registered endpoint: the same body, eventId and X-Service-Event-Id, signed afresh. Answers "
+                f"registered endpoint: the same body, eventId and {EVENT_ID_HEADER}, signed afresh. Answers "
                 "400 INVALID_REQUEST when no webhook endpoint is registered.",
                 parameters=event,
                 extension=True,
@@ -1774,7 +1804,7 @@ def _page_paths() -> dict[str, Any]:
     def page(description: str) -> dict[str, Any]:
         return {
             "description": description,
-            "headers": _headers("X-Request-Id"),
+            "headers": _headers(REQUEST_ID_HEADER),
             "content": {HTML: {"schema": _string()}},
         }
 
@@ -1800,7 +1830,7 @@ def _page_paths() -> dict[str, Any]:
                 {
                     "303": {
                         "description": "Accepted; back to the page, which shows the status.",
-                        "headers": _headers("X-Request-Id", "Location"),
+                        "headers": _headers(REQUEST_ID_HEADER, "Location"),
                     },
                     "400": page("Refused; the page again with the reason."),
                     "404": page("No such payment."),
@@ -1831,7 +1861,7 @@ def _page_paths() -> dict[str, Any]:
                 {
                     "200": {
                         "description": "The collection status and the payer-facing message.",
-                        "headers": _headers("X-Request-Id", "Cache-Control"),
+                        "headers": _headers(REQUEST_ID_HEADER, "Cache-Control"),
                         "content": _json_content(_schema("CheckoutStatus")),
                     },
                     "404": _ref("responses", "NotFound"),
@@ -1850,7 +1880,7 @@ def _page_paths() -> dict[str, Any]:
                 {
                     "200": {
                         "description": "The script.",
-                        "headers": _headers("X-Request-Id", "Cache-Control"),
+                        "headers": _headers(REQUEST_ID_HEADER, "Cache-Control"),
                         "content": {"text/javascript": {"schema": _string()}},
                     },
                     "500": _ref("responses", "ServerError"),
@@ -1867,7 +1897,7 @@ def _page_paths() -> dict[str, Any]:
                 {
                     "200": {
                         "description": "The icon.",
-                        "headers": _headers("X-Request-Id", "Cache-Control"),
+                        "headers": _headers(REQUEST_ID_HEADER, "Cache-Control"),
                         "content": {"image/svg+xml": {"schema": _string()}},
                     },
                     "500": _ref("responses", "ServerError"),
@@ -1917,7 +1947,7 @@ def _event_example(current: str, delivered: str) -> dict[str, Any]:
             "eventId": "evt_0b9e8c6d4a2f1e3c5b7d9a1f",
         }
     if current in COLLECTION_EVENTS:
-        paid = current == "collect.succeeded"
+        paid = current == EventType.COLLECT_SUCCEEDED
         return {
             "invoiceReference": "REQ-1795453631291-XF9AGKWJZP",
             "status": "SUCCESS" if paid else "FAILED",
@@ -1933,7 +1963,11 @@ def _event_example(current: str, delivered: str) -> dict[str, Any]:
             "timestamp": "2026-11-23T17:07:11.374Z",
             "eventId": "evt_da7a03cac7c32a4c575b8a4e",
         }
-    status = {"disburse.sent": "SENT", "disburse.succeeded": "PAID", "disburse.failed": "FAILED"}[current]
+    status = {
+        EventType.DISBURSE_SENT: "SENT",
+        EventType.DISBURSE_SUCCEEDED: "PAID",
+        EventType.DISBURSE_FAILED: "FAILED",
+    }[EventType(current)]
     return {
         "event": delivered,
         "data": {
@@ -1955,7 +1989,7 @@ def _webhook(current: str, delivered: str) -> dict[str, Any]:
     """What the service POSTs for one event name: the body and its four headers."""
     collection = current in COLLECTION_EVENTS
     batch = current in BATCH_EVENTS
-    when, status = _EVENT_WHEN[current]
+    when, status = _EVENT_WHEN[EventType(current)]
     legacy = delivered != current
     if collection:
         shape = f"The flat CollectionEvent body, `status` {status}."
@@ -1983,7 +2017,7 @@ def _webhook(current: str, delivered: str) -> dict[str, Any]:
             _ref("parameters", "WebhookSignature"),
             _ref("parameters", "WebhookTimestamp"),
             {
-                "name": "X-Service-Event",
+                "name": EVENT_HEADER,
                 "in": "header",
                 "required": True,
                 "description": "The event name as delivered; branch on it (or on the body). Not covered by "
@@ -2005,7 +2039,7 @@ def _webhook(current: str, delivered: str) -> dict[str, Any]:
             "default": {
                 "description": "Any other status (a redirect too), no answer within 10 s or a failed "
                 "connection is a failed attempt: it is retried with backoff, signed afresh, with the same "
-                "eventId and X-Service-Event-Id. After 10 consecutive failed events the endpoint is "
+                f"eventId and {EVENT_ID_HEADER}. After 10 consecutive failed events the endpoint is "
                 "disabled."
             },
         },

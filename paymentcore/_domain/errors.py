@@ -25,10 +25,7 @@ HTTP.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
-
-if TYPE_CHECKING:
-    from paymentcore._domain.records import BatchItem
+from typing import Any, ClassVar, Protocol
 
 __all__ = [
     "ALL_CODES",
@@ -63,6 +60,8 @@ __all__ = [
     "ProviderCountryMismatchError",
     "RateLimitedError",
     "RecipientBusyError",
+    "RefusedItem",
+    "RefusedItemError",
     "RequestError",
     "ServerError",
     "UnauthorizedError",
@@ -169,8 +168,6 @@ class InvalidRequestError(RequestError):
     default_message = "The request is not valid."
 
 
-
-
 class IdempotencyKeyRequiredError(RequestError):
     """A payout was requested without an idempotency key."""
 
@@ -192,6 +189,45 @@ class IdempotencyKeyReusedError(RequestError):
     default_message = "This idempotency key was already used with a different request."
 
 
+class RefusedItemError(Protocol):
+    """Why an item of a bulk request was refused: what :class:`paymentcore.ItemError` offers.
+
+    Described here, not imported, so that this module needs no record module (the records need the
+    error classes: ``ItemError.exception`` looks its class up by code).
+    """
+
+    @property
+    def code(self) -> str: ...
+    @property
+    def message(self) -> str: ...
+    @property
+    def param(self) -> str | None: ...
+    @property
+    def details(self) -> Mapping[str, Any] | None: ...
+    def exception(self) -> PaymentError:
+        """The refusal as the typed exception a single payout raises."""
+        ...
+
+
+class RefusedItem(Protocol):
+    """An item of a refused bulk request: what :class:`paymentcore.BatchItem` offers (its ``payout`` is
+    None for a refused item)."""
+
+    @property
+    def index(self) -> int: ...
+    @property
+    def merchant_reference(self) -> str: ...
+    @property
+    def error(self) -> RefusedItemError | None: ...
+    @property
+    def payout(self) -> object | None:
+        """None: a refused item created no payout (a ``BatchPayout`` for an accepted one)."""
+        ...
+
+    @property
+    def accepted(self) -> bool: ...
+
+
 class BatchRefusedError(RequestError):
     """Extension: a bulk payout request in mode ``all`` had an item refused, so the whole batch is
     refused: no payout was created and nothing was reserved.
@@ -210,10 +246,11 @@ class BatchRefusedError(RequestError):
         *,
         param: str | None = None,
         details: Mapping[str, Any] | None = None,
-        items: Iterable[BatchItem] = (),
+        items: Iterable[RefusedItem] = (),
     ) -> None:
         super().__init__(message, param=param, details=details)
-        self.items: tuple[BatchItem, ...] = tuple(items)
+        # BatchItem records at run time, typed by what they offer (RefusedItem)
+        self.items: tuple[RefusedItem, ...] = tuple(items)
 
 
 # --- Currency, country, network -------------------------------------------------------------------

@@ -33,7 +33,7 @@ from typing import Any
 import attrs
 
 from paymentcore._domain.errors import PaymentError
-from paymentcore._domain.event_types import LEGACY_NAMES
+from paymentcore._domain.event_types import LEGACY_NAMES, EventType
 from paymentcore._domain.money import parse_json
 from paymentcore._domain.signing import (
     EVENT_HEADER,
@@ -54,12 +54,12 @@ CURRENT_NAMES: Mapping[str, str] = MappingProxyType({old: new for new, old in LE
 #: the record statuses each known event can carry (the spec's "Emitted by" column)
 _STATUSES: Mapping[str, frozenset[str]] = MappingProxyType(
     {
-        "collect.succeeded": frozenset({"SUCCESS"}),
-        "collect.failed": frozenset({"FAILED"}),
-        "disburse.sent": frozenset({"SENT"}),
-        "disburse.succeeded": frozenset({"PAID"}),
-        "disburse.failed": frozenset({"FAILED", "REJECTED"}),
-        "disburse.bulk.completed": frozenset({"COMPLETED"}),
+        EventType.COLLECT_SUCCEEDED: frozenset({"SUCCESS"}),
+        EventType.COLLECT_FAILED: frozenset({"FAILED"}),
+        EventType.DISBURSE_SENT: frozenset({"SENT"}),
+        EventType.DISBURSE_SUCCEEDED: frozenset({"PAID"}),
+        EventType.DISBURSE_FAILED: frozenset({"FAILED", "REJECTED"}),
+        EventType.DISBURSE_BULK_COMPLETED: frozenset({"COMPLETED"}),
     }
 )
 

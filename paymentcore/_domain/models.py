@@ -93,6 +93,47 @@ PAYOUT_TRANSITIONS: frozenset[tuple[PayoutStatus, PayoutStatus]] = frozenset(
 )
 
 
+#: the statuses whose payout can be resolved (once): the money may or may not have moved
+RESOLVABLE: frozenset[PayoutStatus] = frozenset({PayoutStatus.SENT, PayoutStatus.FAILED})
+
+
+def why_not_release(reference: str, status: PayoutStatus, awaiting_review: bool) -> str | None:
+    """Why a payout cannot be released from review; None if it can: only a PENDING payout held for
+    review can.
+
+    This and the two below are the one copy of each operator action's rule: the stored record's guards
+    (``Payout.can_release``...) and those of the records a user gets (:mod:`paymentcore._domain.records`)
+    call them with their fields.
+    """
+    if status is PayoutStatus.PENDING and awaiting_review:
+        return None
+    return f"Payout {reference} is {status.value} and not held for review; nothing released."
+
+
+def why_not_reject(reference: str, status: PayoutStatus, awaiting_review: bool, resolved: bool) -> str | None:
+    """Why a payout cannot be rejected; None if it can: only an unresolved PENDING payout held for
+    review can."""
+    if not (status is PayoutStatus.PENDING and awaiting_review):
+        return f"Payout {reference} is {status.value} and not held for review; nothing rejected."
+    if resolved:
+        return f"Payout {reference} is already resolved."
+    return None
+
+
+def why_not_resolve(reference: str, status: PayoutStatus, resolved: bool) -> str | None:
+    """Why a payout cannot be resolved; None if it can: only an unresolved SENT or FAILED one can.
+
+    The stored record's ``can_resolve`` and the operator's record's (which knows the resolution) call it.
+    """
+    if not resolved and status in RESOLVABLE:
+        return None
+    return (
+        f"Payout {reference} is {status.value}"
+        + (" and already resolved" if resolved else "")
+        + "; only an unresolved FAILED or SENT payout can be resolved."
+    )
+
+
 def check_transition(
     table: frozenset[tuple[Any, Any]], current: enum.Enum, target: enum.Enum, what: str
 ) -> None:
@@ -246,11 +287,36 @@ class Payout:
     def _to(self, target: PayoutStatus) -> None:
         check_transition(PAYOUT_TRANSITIONS, self.status, target, "payout")
 
-    def _require_held(self, action: str) -> None:
-        if self.status is not PayoutStatus.PENDING or not self.awaiting_review:
-            raise InvalidTransitionError(
-                f"Payout {self.reference} is {self.status.value} and not held for review; nothing {action}."
-            )
+    # --- guards: whether an operator action is allowed now, and if not, why (the one copy of each rule)
+
+    def why_not_release(self) -> str | None:
+        """Why :meth:`release_from_review` would be refused; None when the payout can be released."""
+        return why_not_release(self.reference, self.status, self.awaiting_review)
+
+    def why_not_reject(self) -> str | None:
+        """Why :meth:`reject` would be refused; None when the payout can be rejected."""
+        return why_not_reject(self.reference, self.status, self.awaiting_review, self.resolution is not None)
+
+    def why_not_resolve(self) -> str | None:
+        """Why resolving it (:meth:`resolve_released`, or posting it) would be refused; None when it can."""
+        return why_not_resolve(self.reference, self.status, self.resolution is not None)
+
+    @property
+    def can_release(self) -> bool:
+        return self.why_not_release() is None
+
+    @property
+    def can_reject(self) -> bool:
+        return self.why_not_reject() is None
+
+    @property
+    def can_resolve(self) -> bool:
+        return self.why_not_resolve() is None
+
+    @staticmethod
+    def _refuse(why: str | None) -> None:
+        if why is not None:
+            raise InvalidTransitionError(why)
 
     def _require_unresolved(self) -> None:
         if self.resolution is not None:
@@ -290,9 +356,8 @@ class Payout:
 
     def reject(self, now: int) -> Payout:
         """A payout held for review is declined: REJECTED, its reservation released."""
-        self._require_held("rejected")
+        self._refuse(self.why_not_reject())
         self._to(PayoutStatus.REJECTED)
-        self._require_unresolved()
         return attrs.evolve(
             self,
             status=PayoutStatus.REJECTED,
@@ -305,19 +370,14 @@ class Payout:
 
     def release_from_review(self, now: int) -> Payout:
         """A payout held for review is let go: still PENDING, due for dispatch at ``now``."""
-        self._require_held("released")
+        self._refuse(self.why_not_release())
         return attrs.evolve(
             self, awaiting_review=False, status_reason=None, next_check_at=now, updated_at=now
         )
 
     def resolve_released(self, now: int) -> Payout:
         """An unresolved FAILED or SENT payout moved no money: FAILED, its reservation released."""
-        if self.resolution is not None or self.status not in (PayoutStatus.FAILED, PayoutStatus.SENT):
-            raise InvalidTransitionError(
-                f"Payout {self.reference} is {self.status.value}"
-                + (" and already resolved" if self.resolution is not None else "")
-                + "; only an unresolved FAILED or SENT payout can be resolved."
-            )
+        self._refuse(self.why_not_resolve())
         if self.status is PayoutStatus.SENT:
             self._to(PayoutStatus.FAILED)
         return attrs.evolve(

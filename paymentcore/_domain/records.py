@@ -91,6 +91,16 @@ class Payout:
     status_reason: str | None
     created_at: datetime
 
+    @property
+    def can_release(self) -> bool:
+        """Whether an operator may release it from review now (``PaymentCore.disburse.release``)."""
+        return models.why_not_release(self.reference, self.status, self.awaiting_review) is None
+
+    @property
+    def can_reject(self) -> bool:
+        """Whether an operator may reject it in review now (a payout held for review is never resolved)."""
+        return models.why_not_reject(self.reference, self.status, self.awaiting_review, False) is None
+
 
 @attrs.frozen
 class Collection:
@@ -607,6 +617,25 @@ class OperatorPayout:
     resolution: str | None
     updated_at: datetime
     batch_id: str | None = None  # the bulk request (bat_...) that created it, if any
+
+    # the operator's actions on it (``PaymentCore.disburse.release``/``reject``/``resolve``) allowed now:
+    # the rules of the stored record (paymentcore._domain.models), asked with this record's fields
+
+    @property
+    def can_release(self) -> bool:
+        p = self.payout
+        return models.why_not_release(p.reference, p.status, p.awaiting_review) is None
+
+    @property
+    def can_reject(self) -> bool:
+        p = self.payout
+        resolved = self.resolution is not None
+        return models.why_not_reject(p.reference, p.status, p.awaiting_review, resolved) is None
+
+    @property
+    def can_resolve(self) -> bool:
+        p = self.payout
+        return models.why_not_resolve(p.reference, p.status, self.resolution is not None) is None
 
 
 @attrs.frozen

@@ -15,7 +15,9 @@ SIGNATURE_HEADER = "X-Service-Signature"
 TIMESTAMP_HEADER = "X-Service-Timestamp"
 EVENT_HEADER = "X-Service-Event"
 EVENT_ID_HEADER = "X-Service-Event-Id"  # the event's stable id, the same on every attempt (not signed)
-TOLERANCE_SECONDS = 300
+TOLERANCE_SECONDS = 300  # a receiver refuses a delivery signed further than this from its clock
+SIGNATURE_SCHEME = "sha256="  # the signature header's value: this, then 64 lowercase hex digits
+SIGNATURE_HEX_DIGITS = 64
 
 
 class WebhookVerificationError(Exception):
@@ -25,7 +27,7 @@ class WebhookVerificationError(Exception):
 def signature(secret: str, timestamp: int | str, body: bytes) -> str:
     """The header value for ``body`` sent at ``timestamp`` (Unix seconds)."""
     message = str(timestamp).encode("ascii") + b"." + body
-    return "sha256=" + hmac.digest(secret.encode(), message, hashlib.sha256).hex()
+    return SIGNATURE_SCHEME + hmac.digest(secret.encode(), message, hashlib.sha256).hex()
 
 
 def header(headers: Mapping[str, str], name: str) -> str | None:
@@ -56,7 +58,7 @@ def verify_webhook(
         raise WebhookVerificationError("missing signature or timestamp header")
     if not stamp.isascii() or not stamp.isdigit() or len(stamp) > 12:
         raise WebhookVerificationError("malformed timestamp")
-    if not given.startswith("sha256=") or len(given) != 7 + 64:
+    if not given.startswith(SIGNATURE_SCHEME) or len(given) != len(SIGNATURE_SCHEME) + SIGNATURE_HEX_DIGITS:
         raise WebhookVerificationError("malformed signature")
     current = time.time() if now is None else now
     if abs(current - int(stamp)) > tolerance:

@@ -30,6 +30,7 @@ from paymentcore._domain.errors import (
     RecipientBusyError,
     UnknownProviderError,
 )
+from paymentcore._domain.event_types import EventType
 from paymentcore._domain.fields import optional_text, optional_whole, required_value
 from paymentcore._domain.models import CollectionKind, CollectionStatus, Merchant
 from paymentcore._domain.money import apply_rate, fee_for, parse_amount
@@ -573,7 +574,7 @@ class Collect:
         )
         tx.collections.update(settled)
         self._tell(settled.status)
-        self._emit(tx, settled, "collect.succeeded", now)
+        self._emit(tx, settled, EventType.COLLECT_SUCCEEDED, now)
 
     def _fail(
         self, tx: Transaction, current: models.Collection, category: str, reason: str, now: int
@@ -581,13 +582,13 @@ class Collect:
         failed = current.fail(category, reason, now)
         tx.collections.update(failed)
         self._tell(failed.status)
-        self._emit(tx, failed, "collect.failed", now)
+        self._emit(tx, failed, EventType.COLLECT_FAILED, now)
 
     def _tell(self, status: CollectionStatus) -> None:
         """Inside the write transaction: the observer hears of ``status`` once it commits."""
         self._deps.tell(lambda observer: observer.collection_status(status))
 
-    def _emit(self, tx: Transaction, collection: models.Collection, event_type: str, now: int) -> None:
+    def _emit(self, tx: Transaction, collection: models.Collection, event_type: EventType, now: int) -> None:
         deps = self._deps
         data = render.collection_event_data(collection, catalogue=deps.catalogue, now=now)
         deps.emit(tx, collection.merchant_id, event_type, data, now)

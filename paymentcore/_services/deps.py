@@ -11,6 +11,7 @@ from typing import Any
 import attrs
 
 from paymentcore._domain.catalogue import Catalogue
+from paymentcore._domain.event_types import EventType
 from paymentcore._domain.models import Event, Merchant
 from paymentcore.config import Config
 from paymentcore.observe import Observer
@@ -86,13 +87,13 @@ class Deps:
         return self.sender
 
     def emit(
-        self, tx: Transaction, merchant_id: str, event_type: str, data: dict[str, Any], now: int
+        self, tx: Transaction, merchant_id: str, event_type: EventType, data: dict[str, Any], now: int
     ) -> Event:
         """Write an outbox event inside the caller's transaction (delivered later by the worker)."""
         event = Event(
             id=self.refs.token("evt"),
             merchant_id=merchant_id,
-            type=event_type,
+            type=event_type.value,  # stored as plain text
             data=data,
             created_at=now,
             next_attempt_at=now,

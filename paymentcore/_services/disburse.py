@@ -35,6 +35,7 @@ from paymentcore._domain.errors import (
     PayoutsNotConfiguredError,
     ProviderBlockedError,
 )
+from paymentcore._domain.event_types import EventType
 from paymentcore._domain.fields import optional_text, required_text, required_value
 from paymentcore._domain.models import BatchMode, BatchTally, Merchant, PayoutStatus, Settings
 from paymentcore._domain.money import parse_amount, to_decimal
@@ -527,7 +528,7 @@ class Disburse:
         self, tx: Transaction, batch: models.PayoutBatch, record: PayoutBatch, now: int
     ) -> None:
         self._deps.emit(
-            tx, batch.merchant_id, "disburse.bulk.completed", render.batch_event_data(record), now
+            tx, batch.merchant_id, EventType.DISBURSE_BULK_COMPLETED, render.batch_event_data(record), now
         )
 
     def _after_final(self, tx: Transaction, before: models.Payout, after: models.Payout, now: int) -> None:
@@ -670,7 +671,7 @@ class Disburse:
             self._move_money(tx, payout, ledger.release, now)
             tx.payouts.update(rejected)
             self._tell(rejected.status)
-            self._emit(tx, rejected, "disburse.failed", now)
+            self._emit(tx, rejected, EventType.DISBURSE_FAILED, now)
             self._after_final(tx, payout, rejected, now)
             self._audit(tx, actor, "payout.reject", payout, rejected)
             return self._public(rejected)
@@ -681,12 +682,9 @@ class Disburse:
         deps = self._deps
         actor = audit.check_actor(actor)
         payout = self.find(reference)
-        if payout.resolution is not None or payout.status not in (PayoutStatus.FAILED, PayoutStatus.SENT):
-            raise InvalidTransitionError(
-                f"Payout {reference} is {payout.status.value}"
-                + (" and already resolved" if payout.resolution is not None else "")
-                + "; only an unresolved FAILED or SENT payout can be resolved."
-            )
+        refused = payout.why_not_resolve()
+        if refused is not None:
+            raise InvalidTransitionError(refused)
         moved = deps.network.money_moved(_request_of(payout))
         with deps.transaction() as tx:
             current = self._require(tx, reference)
@@ -703,7 +701,7 @@ class Disburse:
             if resolved.status is not current.status:  # SENT -> FAILED; a FAILED one stays FAILED
                 self._tell(resolved.status)
             if current.status is PayoutStatus.SENT:
-                self._emit(tx, resolved, "disburse.failed", now)
+                self._emit(tx, resolved, EventType.DISBURSE_FAILED, now)
             self._after_final(tx, current, resolved, now)
             self._audit(tx, actor, "payout.resolve", current, resolved)
             return self._public(resolved)
@@ -784,7 +782,7 @@ class Disburse:
         sent = payout.mark_sent(now, provider_reference=result.provider_reference, next_check_at=now)
         tx.payouts.update(sent)
         self._tell(sent.status)
-        self._emit(tx, sent, "disburse.sent", now)
+        self._emit(tx, sent, EventType.DISBURSE_SENT, now)
         return True
 
     def _after_check(self, tx: Transaction, reference: str, result: PayoutResult, now: int) -> None:
@@ -808,7 +806,7 @@ class Disburse:
         self._move_money(tx, payout, ledger.post, now)
         tx.payouts.update(paid)
         self._tell(paid.status)
-        self._emit(tx, paid, "disburse.succeeded", now)
+        self._emit(tx, paid, EventType.DISBURSE_SUCCEEDED, now)
         self._after_final(tx, payout, paid, now)
         return paid
 
@@ -817,7 +815,7 @@ class Disburse:
         failed = payout.mark_failed(reason, now)
         tx.payouts.update(failed)
         self._tell(failed.status)
-        self._emit(tx, failed, "disburse.failed", now)
+        self._emit(tx, failed, EventType.DISBURSE_FAILED, now)
         self._after_final(tx, payout, failed, now)
 
     def _move_money(self, tx: Transaction, payout: models.Payout, movement: Any, now: int) -> None:
@@ -832,7 +830,7 @@ class Disburse:
             now=now,
         )
 
-    def _emit(self, tx: Transaction, payout: models.Payout, event_type: str, now: int) -> None:
+    def _emit(self, tx: Transaction, payout: models.Payout, event_type: EventType, now: int) -> None:
         self._deps.emit(
             tx,
             payout.merchant_id,

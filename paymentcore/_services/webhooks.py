@@ -28,7 +28,7 @@ import attrs
 
 from paymentcore._domain import wire as wire
 from paymentcore._domain.errors import InvalidRequestError, NotFoundError
-from paymentcore._domain.event_types import CURRENT_OF, LEGACY_NAMES, UNRENAMED
+from paymentcore._domain.event_types import COLLECTION_EVENTS, CURRENT_OF, LEGACY_NAMES, UNRENAMED
 from paymentcore._domain.fields import required_text
 from paymentcore._domain.models import Delivery, DeliveryStatus, Event, WebhookEndpoint
 from paymentcore._domain.pages import (
@@ -88,7 +88,7 @@ def event_name(event_type: str, events: str) -> str:
 
 def event_body(event: Event, name: str) -> dict[str, Any]:
     """The delivered JSON: flat for collections, ``{event, data}`` for payouts; ``eventId`` added."""
-    if event.type.startswith("collect."):
+    if event.type in COLLECTION_EVENTS:
         return {**event.data, "eventId": event.id}
     return {"event": name, "data": event.data, "eventId": event.id}
 

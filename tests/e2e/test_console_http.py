@@ -398,6 +398,47 @@ def test_resolve_a_failed_payout_from_the_failed_payouts_page(kit: Kit) -> None:
     assert again.status_code == 400 and "already resolved" in again.text
 
 
+def test_a_payout_page_shows_a_button_exactly_when_the_payouts_guard_allows_the_action(kit: Kit) -> None:
+    held = kit.payout()
+    rejected = kit.payout()
+    paid = kit.payout(amount=1000)
+    failed = kit.payout(amount=3000, phone="670000021")  # the sandbox refuses it
+    resolved = kit.payout(amount=3000, phone="670000021")
+    kit.core.run_until_idle()
+    kit.core.disburse.reject(rejected)
+    kit.core.disburse.resolve(resolved)
+    kit.sign_in()
+    expected = {
+        held: {"release", "reject"},
+        rejected: set(),
+        paid: set(),
+        failed: {"resolve"},
+        resolved: set(),
+    }
+    for reference, actions in expected.items():
+        item = kit.core.operator.payout(reference)
+        allowed = {
+            name
+            for name, can in (
+                ("release", item.can_release),
+                ("reject", item.can_reject),
+                ("resolve", item.can_resolve),
+            )
+            if can
+        }
+        assert allowed == actions, (reference, item.payout.status)
+        page = kit.http.get(f"/console/payouts/{reference}").text
+        shown = {name for name in ("release", "reject", "resolve") if f"/payouts/{reference}/{name}" in page}
+        assert shown == allowed, (reference, item.payout.status)
+    # the queues too: a button for each allowed action of each listed payout
+    review = kit.http.get("/console/review").text
+    assert f"/payouts/{held}/release" in review and f"/payouts/{held}/reject" in review
+    assert f"/payouts/{held}/resolve" not in review
+    failing = kit.http.get("/console/failed").text
+    assert f"/payouts/{failed}/resolve" in failing and f"/payouts/{failed}/release" not in failing
+    assert resolved not in failing
+
+
 def test_merchant_key_webhook_and_platform_actions_change_the_record_and_show_it(kit: Kit) -> None:
     core, m = kit.core, kit.merchant_id
     core.webhooks.register(m, url="https://shop.example/hooks")
