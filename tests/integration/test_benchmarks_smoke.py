@@ -129,3 +129,36 @@ def test_end_to_end_benchmark_pays_and_delivers_everything_it_accepted(tmp_path:
     assert report["accepted"] > 0 and report["paid"] == report["accepted"] and report["unpaid_after"] == 0
     assert report["deliveries"] >= 2 * report["paid"]
     assert report["ratio"] is not None and report["samples"]
+
+
+def test_sql_layer_benchmark_runs_both_ways_on_both_engines(tmp_path: Path) -> None:
+    """``benchmarks/bench_sql_layer.py`` (issue 25): a payout's storage work through the hand-written stores
+    and through SQLAlchemy Core, on SQLite and, where there is one, PostgreSQL; figures are reported,
+    never judged here."""
+    postgres = available_postgres_url() or ""
+    figures = tmp_path / "sql-layer.json"
+    command = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "bench_sql_layer.py"),
+        "--rounds",
+        "2",
+        "--payouts",
+        "5",
+        "--postgres",
+        postgres,
+        "--json",
+        str(figures),
+    ]
+    done = subprocess.run(
+        command, cwd=ROOT, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180, check=False
+    )
+    assert done.returncode == 0, f"{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+    results = json.loads(figures.read_text())["results"]
+    assert [r["engine"] for r in results] == (["sqlite", "postgresql"] if postgres else ["sqlite"])
+    for r in results:
+        assert set(r["us_per_payout"]) == {"hand-written", "SQLAlchemy Core"}
+        assert all(len(samples) == 2 for samples in r["samples_us"].values())
+        assert r["ratio"] > 0 and len(r["ratio_per_round"]) == 2
+        # both ways do the payout's statements (reads, the write transaction): none is skipped
+        assert all(count >= 15 for count in r["statements_per_payout"].values())
+    assert "| sqlite |" in done.stdout
