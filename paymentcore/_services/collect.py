@@ -222,7 +222,7 @@ class Collect:
             amount=amount,
             currency=currency,
             description=description,
-            merchant_reference=None,
+            merchant_reference=reference,
             expires_in_minutes=expires_in_minutes,
             idempotency_key=idempotency_key,
             reference_param="reference",
