@@ -94,16 +94,16 @@ class Idempotency:
             if replay is not None:
                 return replay
             result = body(tx, now)
-            self.save(tx, merchant_id, key, print_, answer.dump(result), now, sensitive=answer.sensitive)
+            self._save(tx, merchant_id, key, print_, answer.dump(result), now, sensitive=answer.sensitive)
             return result
 
     def _replay(
         self, tx: Transaction, merchant_id: str, key: str | None, print_: str, now: int, answer: Answer[T]
     ) -> T | None:
-        kept = self.lookup(tx, merchant_id, key, print_, now)
+        kept = self._lookup(tx, merchant_id, key, print_, now)
         return None if kept is None else answer.load(tx, kept, now)
 
-    def lookup(self, tx: Transaction, merchant_id: str, key: str | None, print_: str, now: int) -> Any:
+    def _lookup(self, tx: Transaction, merchant_id: str, key: str | None, print_: str, now: int) -> Any:
         """The answer kept for ``key`` (plain data), or None when there is none (or it expired)."""
         if key is None:
             return None
@@ -117,7 +117,7 @@ class Idempotency:
             body = self.box.decrypt(body[4:])
         return wire.loads(body)
 
-    def save(
+    def _save(
         self,
         tx: Transaction,
         merchant_id: str,
