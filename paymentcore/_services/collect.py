@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import builtins
 from decimal import Decimal
+from typing import Any
 
 import attrs
 
 from paymentcore._domain import models as models
 from paymentcore._domain import render as render
 from paymentcore._domain.catalogue import Currency, Provider
+from paymentcore._domain.commands import Charge, Checkout, LegacyPayment
 from paymentcore._domain.errors import (
     InvalidRequestError,
     MerchantNotApprovedError,
@@ -47,7 +49,7 @@ from paymentcore._domain.queries import collection_lane
 from paymentcore._domain.records import Collection, Page, collection_from, dump, is_payable, load
 from paymentcore._services import ledger as ledger
 from paymentcore._services.deps import Deps, require_merchant
-from paymentcore._services.idempotency import Idempotency, check_key, fingerprint
+from paymentcore._services.idempotency import Answer, Idempotency, check_key
 from paymentcore._services.work import LANE_DEPTH, Due, Runner
 from paymentcore.ports import CollectionRequest, CollectionResult, NetworkError, NetworkOutcome, Transaction
 
@@ -90,6 +92,7 @@ class Collect:
     def __init__(self, deps: Deps, idempotency: Idempotency) -> None:
         self._deps = deps
         self._idem = idempotency
+        self._answer = Answer[Collection](dump, self._load)
         self._runner: Runner[models.Collection, _CollectAnswer] = Runner(
             self,
             deps.store,
@@ -127,6 +130,15 @@ class Collect:
         deps = self._deps
         cat = deps.catalogue
         key = check_key(idempotency_key)
+        command = Charge(
+            amount=amount,
+            currency=currency,
+            country=country,
+            provider=provider,
+            phone=phone,
+            merchant_reference=merchant_reference,
+            description=description,
+        )
         cur = cat.currency(required_value(currency, "currency"), settleable=True)
         minor = parse_amount(required_value(amount, "amount"), cur)
         where = cat.country(required_value(country, "country"))
@@ -137,23 +149,8 @@ class Collect:
         )
         merchant_reference = optional_text(merchant_reference, "merchant_reference", max_length=120)
         description = optional_text(description, "description", max_length=200)
-        print_ = fingerprint(
-            "collect.charge",
-            {
-                "amount": amount,
-                "currency": currency,
-                "country": country,
-                "provider": provider,
-                "phone": phone,
-                "merchant_reference": merchant_reference,
-                "description": description,
-            },
-        )
-        with deps.transaction() as tx:
-            now = deps.clock.now()
-            replay = self._replay(tx, merchant_id, key, print_, now)
-            if replay is not None:
-                return replay
+
+        def body(tx: Transaction, now: int) -> Collection:
             merchant = self._transacting_merchant(tx, merchant_id)
             self._check_provider_allowed(merchant, network)
             self._check_prompts(tx, local_phone, now)
@@ -178,9 +175,9 @@ class Collect:
                 charged_amount=minor,
                 charged_currency=cur.code,
             )
-            tx.collections.add(collection)
-            self._tell(collection.status)
-            return self._answer(tx, merchant, collection, key, print_, now)
+            return self._add(tx, merchant, collection, now)
+
+        return self._idem.run(deps, merchant_id, key, command, body, self._answer)
 
     def checkout(
         self,
@@ -247,26 +244,20 @@ class Collect:
     ) -> Collection:
         deps = self._deps
         key = check_key(idempotency_key)
+        command = (LegacyPayment if kind is CollectionKind.LEGACY else Checkout)(
+            amount=amount,
+            currency=currency,
+            description=description,
+            merchant_reference=merchant_reference,
+            expires_in_minutes=expires_in_minutes,
+        )
         cur = deps.catalogue.currency(required_value(currency, "currency"))
         minor = parse_amount(required_value(amount, "amount"), cur)
         description = optional_text(description, "description", max_length=200)
         merchant_reference = optional_text(merchant_reference, reference_param, max_length=120)
         minutes = optional_whole(expires_in_minutes, "expires_in_minutes", default=60, low=1, high=10080)
-        print_ = fingerprint(
-            "collect.checkout.legacy" if kind is CollectionKind.LEGACY else "collect.checkout",
-            {
-                "amount": amount,
-                "currency": currency,
-                "description": description,
-                "merchant_reference": merchant_reference,
-                "expires_in_minutes": expires_in_minutes,
-            },
-        )
-        with deps.transaction() as tx:
-            now = deps.clock.now()
-            replay = self._replay(tx, merchant_id, key, print_, now)
-            if replay is not None:
-                return replay
+
+        def body(tx: Transaction, now: int) -> Collection:
             merchant = self._transacting_merchant(tx, merchant_id)
             collection = models.Collection(
                 reference=deps.refs.collection(now),
@@ -281,29 +272,18 @@ class Collect:
                 expires_at=now + minutes * 60_000,
                 updated_at=now,
             )
-            tx.collections.add(collection)
-            self._tell(collection.status)
-            return self._answer(tx, merchant, collection, key, print_, now)
+            return self._add(tx, merchant, collection, now)
 
-    def _answer(
-        self,
-        tx: Transaction,
-        merchant: Merchant,
-        collection: models.Collection,
-        key: str | None,
-        print_: str,
-        now: int,
+        return self._idem.run(deps, merchant_id, key, command, body, self._answer)
+
+    def _add(
+        self, tx: Transaction, merchant: Merchant, collection: models.Collection, now: int
     ) -> Collection:
-        record = self._public(collection, merchant, now)
-        self._idem.save(tx, merchant.id, key, print_, dump(record), now)
-        return record
+        tx.collections.add(collection)
+        self._tell(collection.status)
+        return self._public(collection, merchant, now)
 
-    def _replay(
-        self, tx: Transaction, merchant_id: str, key: str | None, print_: str, now: int
-    ) -> Collection | None:
-        kept = self._idem.lookup(tx, merchant_id, key, print_, now)
-        if kept is None:
-            return None
+    def _load(self, tx: Transaction, kept: Any, now: int) -> Collection:
         record = load(kept)
         if isinstance(record, Collection):
             return record

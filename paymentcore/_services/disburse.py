@@ -23,6 +23,7 @@ import attrs
 from paymentcore._domain import models as models
 from paymentcore._domain import render as render
 from paymentcore._domain.catalogue import Catalogue, Currency
+from paymentcore._domain.commands import CreateBulkPayouts, CreatePayout
 from paymentcore._domain.errors import (
     BatchRefusedError,
     CapabilityDisabledError,
@@ -84,7 +85,7 @@ from paymentcore._services import audit as audit
 from paymentcore._services import ledger as ledger
 from paymentcore._services.audit import DEFAULT_ACTOR
 from paymentcore._services.deps import Deps, require_merchant
-from paymentcore._services.idempotency import Idempotency, check_key, fingerprint
+from paymentcore._services.idempotency import Answer, Idempotency, check_key
 from paymentcore._services.work import Due, Runner
 from paymentcore.ports import NetworkError, NetworkOutcome, PayoutRequest, PayoutResult, Transaction
 
@@ -105,19 +106,6 @@ class _Checked:
     merchant_reference: str | None
 
 
-def _arguments(asked: PayoutItem) -> dict[str, Any]:
-    """A payout's arguments as its idempotency fingerprint reads them (the names of ``create``)."""
-    return {
-        "amount": asked.amount,
-        "currency": asked.currency,
-        "phone": asked.phone,
-        "recipient_name": asked.recipient_name,
-        "provider": asked.provider,
-        "country": asked.country,
-        "merchant_reference": asked.merchant_reference,
-    }
-
-
 @attrs.frozen
 class _NetworkAnswer:
     """What the network said to a hand-over (``handed_over``) or to a status check."""
@@ -130,6 +118,8 @@ class Disburse:
     def __init__(self, deps: Deps, idempotency: Idempotency) -> None:
         self._deps = deps
         self._idem = idempotency
+        self._payout_answer = Answer[Payout](dump, self._load_payout)
+        self._batch_answer = Answer[PayoutBatch](dump_batch, lambda tx, kept, now: load_batch(kept))
         self._runner: Runner[models.Payout, _NetworkAnswer] = Runner(
             self,
             deps.store,
@@ -166,30 +156,20 @@ class Disburse:
         ``idempotency_key`` with the same arguments answers the original payout and moves nothing again;
         with other arguments it raises :class:`IdempotencyKeyReusedError`.
         """
-        deps = self._deps
         key = check_key(idempotency_key)
         if key is None:
             raise IdempotencyKeyRequiredError(param="idempotency_key")
-        asked = PayoutItem(
+        asked = CreatePayout(
             amount=amount,
             currency=currency,
             phone=phone,
-            merchant_reference=merchant_reference,  # type: ignore[arg-type]  # optional for one payout
             recipient_name=recipient_name,
             provider=provider,
             country=country,
+            merchant_reference=merchant_reference,
         )
-        print_ = fingerprint("disburse", _arguments(asked))
-        with deps.store.read() as view:  # a replay needs no write lock: answer it from a read
-            replay = self._replay(view, merchant_id, key, print_, deps.clock.now())
-        if replay is not None:  # the original answer, whatever changed since
-            return replay
-        with deps.transaction() as tx:
-            now = deps.clock.now()
-            # again under the write lock: a request with this key may have committed since the read
-            replay = self._replay(tx, merchant_id, key, print_, now)
-            if replay is not None:
-                return replay
+
+        def body(tx: Transaction, now: int) -> Payout:
             settings = tx.settings.get()
             if not settings.payouts_enabled:  # before any other check, as the API documents
                 raise CapabilityDisabledError(BlockedBy.PLATFORM.message(""))
@@ -206,11 +186,13 @@ class Disburse:
                 limits_for=lambda code: self._effective(tx, merchant.id, code),
                 spent_since=lambda since: tx.payouts.spent(merchant.id, checked.currency.code, since),
             )
-            record = payout_from(payout, catalogue=deps.catalogue)
-            self._idem.save(tx, merchant_id, key, print_, dump(record), now)
-            return record
+            return payout_from(payout, catalogue=self._deps.catalogue)
 
-    def _check(self, asked: PayoutItem) -> _Checked:
+        # a replay needs no write lock: answered from a read first (the original answer, whatever changed
+        # since), then again under the lock
+        return self._idem.run(self._deps, merchant_id, key, asked, body, self._payout_answer, read_first=True)
+
+    def _check(self, asked: CreatePayout | PayoutItem) -> _Checked:
         """The checks of a payout's arguments that need no database (the catalogue's), in the order the
         API reports them; the first refusal raises."""
         cat = self._deps.catalogue
@@ -313,10 +295,7 @@ class Disburse:
         self._tell(payout.status)
         return payout
 
-    def _replay(self, tx: Transaction, merchant_id: str, key: str, print_: str, now: int) -> Payout | None:
-        kept = self._idem.lookup(tx, merchant_id, key, print_, now)
-        if kept is None:
-            return None
+    def _load_payout(self, tx: Transaction, kept: Any, now: int) -> Payout:
         record = load(kept)
         if isinstance(record, Payout):
             return record
@@ -362,19 +341,11 @@ class Disburse:
             raise IdempotencyKeyRequiredError(param="idempotency_key")
         wanted = _check_mode(mode)
         asked = _check_items(items)
-        print_ = fingerprint(
-            "disburse.bulk",
-            {"mode": wanted.value, "items": [fingerprint("disburse", _arguments(item)) for item in asked]},
+        command = CreateBulkPayouts(
+            mode=wanted, items=tuple(CreatePayout(**attrs.asdict(item, recurse=False)) for item in asked)
         )
-        with deps.store.read() as view:
-            replay = self._replay_batch(view, merchant_id, key, print_, deps.clock.now())
-        if replay is not None:
-            return replay
-        with deps.transaction() as tx:
-            now = deps.clock.now()
-            replay = self._replay_batch(tx, merchant_id, key, print_, now)
-            if replay is not None:
-                return replay
+
+        def body(tx: Transaction, now: int) -> PayoutBatch:
             settings = tx.settings.get()
             if not settings.payouts_enabled:  # refuses every item alike: the request, as a payout's
                 raise CapabilityDisabledError(BlockedBy.PLATFORM.message(""))
@@ -445,8 +416,9 @@ class Disburse:
             record = _batch_record(batch, _tally(made), outcomes, deps.catalogue, has_more=False)
             if not made:
                 self._emit_completed(tx, batch, record, now)
-            self._idem.save(tx, merchant_id, key, print_, dump_batch(record), now)
             return record
+
+        return self._idem.run(deps, merchant_id, key, command, body, self._batch_answer, read_first=True)
 
     def get_bulk(
         self,
@@ -517,12 +489,6 @@ class Disburse:
             self._deps.catalogue,
             has_more=last < batch.item_count,
         )
-
-    def _replay_batch(
-        self, tx: Transaction, merchant_id: str, key: str, print_: str, now: int
-    ) -> PayoutBatch | None:
-        kept = self._idem.lookup(tx, merchant_id, key, print_, now)
-        return None if kept is None else load_batch(kept)
 
     def _emit_completed(
         self, tx: Transaction, batch: models.PayoutBatch, record: PayoutBatch, now: int

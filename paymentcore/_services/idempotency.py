@@ -4,28 +4,32 @@ The key is looked up and its answer saved inside the same write transaction as t
 the work and the record of it commit together: a retry after a crash either finds the answer or finds
 nothing done. A concurrent request with the same key waits on the store's write lock, then finds the
 first one's answer. Records are kept ``Config.idempotency_retention_hours`` (48 h by default).
+
+Every idempotent call goes through :meth:`Idempotency.run` with its command
+(:mod:`paymentcore._domain.commands`), whose fingerprint tells a retry from another request.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Mapping
-from decimal import Decimal
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
 import attrs
 
 from paymentcore._domain import wire as wire
+from paymentcore._domain.commands import Command
 from paymentcore._domain.errors import (
     IdempotencyKeyReusedError,
     IdempotencyKeyTooLongError,
     InvalidRequestError,
 )
 from paymentcore._domain.models import IdempotencyRecord
+from paymentcore._services.deps import Deps
 from paymentcore.ports import SecretBox, Transaction
 
 MAX_KEY_LENGTH = 200
+
+T = TypeVar("T")
 
 
 def check_key(key: str | None) -> str | None:
@@ -42,19 +46,16 @@ def check_key(key: str | None) -> str | None:
     return key
 
 
-def fingerprint(operation: str, arguments: Mapping[str, Any]) -> str:
-    """A digest of the operation and its arguments, independent of their order.
+@attrs.frozen
+class Answer(Generic[T]):
+    """How a call's answer is kept with its key: ``dump`` makes it plain data, ``load`` reads it back
+    (given the transaction and the time, for an answer kept by an older version that names a record;
+    None when there is nothing it can answer, and the call runs); ``sensitive`` answers are kept
+    encrypted."""
 
-    Numbers are written as ``str(Decimal)`` (scientific notation for huge exponents), never expanded,
-    so a hostile number costs no more to fingerprint than its own text; an ``int`` is written as the
-    equal ``Decimal`` is (``2500`` and ``Decimal("2500")`` are the same argument).
-    """
-    plain = {
-        name: str(Decimal(value)) if isinstance(value, int) and not isinstance(value, bool) else value
-        for name, value in arguments.items()
-    }
-    canonical = json.dumps(plain, sort_keys=True, default=str, separators=(",", ":"))
-    return hashlib.sha256(f"{operation}\n{canonical}".encode()).hexdigest()
+    dump: Callable[[T], Any]
+    load: Callable[[Transaction, Any, int], T | None]
+    sensitive: bool = False
 
 
 @attrs.frozen
@@ -62,7 +63,47 @@ class Idempotency:
     retention_ms: int
     box: SecretBox
 
-    def lookup(self, tx: Transaction, merchant_id: str, key: str | None, print_: str, now: int) -> Any:
+    def run(
+        self,
+        deps: Deps,
+        merchant_id: str,
+        key: str | None,
+        command: Command,
+        body: Callable[[Transaction, int], T],
+        answer: Answer[T],
+        *,
+        read_first: bool = False,
+    ) -> T:
+        """``body(tx, now)`` in a write transaction, its answer kept for ``key`` in the same one; or, when
+        ``key`` was used for this ``command``, the answer kept then (IdempotencyKeyReusedError when it was
+        used for another). Without a key, just the body.
+
+        ``read_first`` looks for a kept answer in a read view before taking the write lock (a replay
+        then needs none); it is looked for again under the lock, where a request with the same key may
+        have committed meanwhile.
+        """
+        print_ = command.fingerprint()
+        if read_first and key is not None:
+            with deps.store.read() as view:
+                replay = self._replay(view, merchant_id, key, print_, deps.clock.now(), answer)
+            if replay is not None:  # the original answer, whatever changed since
+                return replay
+        with deps.transaction() as tx:
+            now = deps.clock.now()
+            replay = self._replay(tx, merchant_id, key, print_, now, answer)
+            if replay is not None:
+                return replay
+            result = body(tx, now)
+            self._save(tx, merchant_id, key, print_, answer.dump(result), now, sensitive=answer.sensitive)
+            return result
+
+    def _replay(
+        self, tx: Transaction, merchant_id: str, key: str | None, print_: str, now: int, answer: Answer[T]
+    ) -> T | None:
+        kept = self._lookup(tx, merchant_id, key, print_, now)
+        return None if kept is None else answer.load(tx, kept, now)
+
+    def _lookup(self, tx: Transaction, merchant_id: str, key: str | None, print_: str, now: int) -> Any:
         """The answer kept for ``key`` (plain data), or None when there is none (or it expired)."""
         if key is None:
             return None
@@ -76,7 +117,7 @@ class Idempotency:
             body = self.box.decrypt(body[4:])
         return wire.loads(body)
 
-    def save(
+    def _save(
         self,
         tx: Transaction,
         merchant_id: str,

@@ -27,6 +27,7 @@ from typing import Any
 import attrs
 
 from paymentcore._domain import wire as wire
+from paymentcore._domain.commands import RegisterLegacyWebhook, RegisterWebhook, ResendEvent
 from paymentcore._domain.errors import InvalidRequestError, NotFoundError
 from paymentcore._domain.event_types import COLLECTION_EVENTS, CURRENT_OF, LEGACY_NAMES, UNRENAMED
 from paymentcore._domain.fields import required_text
@@ -61,7 +62,7 @@ from paymentcore._domain.signing import (
 from paymentcore._services import audit as audit
 from paymentcore._services.audit import DEFAULT_ACTOR
 from paymentcore._services.deps import Deps, require_merchant
-from paymentcore._services.idempotency import Idempotency, check_key, fingerprint
+from paymentcore._services.idempotency import Answer, Idempotency, check_key
 from paymentcore._services.urlsafety import UnsafeUrlError, check_webhook_url
 from paymentcore._services.work import LANE_DEPTH, Due, Runner
 from paymentcore.ports import DeliveryResult, Transaction
@@ -160,12 +161,9 @@ class Webhooks:
             check_webhook_url(url, resolver=deps.resolver, allow_private=deps.config.allow_private_webhooks)
         except UnsafeUrlError as exc:
             raise InvalidRequestError(f"The webhook URL is refused: {exc.reason}", param="url") from None
-        print_ = fingerprint("webhook.legacy" if legacy else "webhook", {"url": url, "events": events})
-        with deps.store.transaction() as tx:
-            now = deps.clock.now()
-            kept = self._idem.lookup(tx, merchant_id, key, print_, now)
-            if kept is not None:
-                return _registration_of(kept)
+        command = (RegisterLegacyWebhook if legacy else RegisterWebhook)(url=url, events=events)
+
+        def body(tx: Transaction, now: int) -> WebhookRegistration:
             require_merchant(tx, merchant_id)
             secret = "whsec_" + secrets.token_hex(32)
             endpoint = WebhookEndpoint(
@@ -178,13 +176,11 @@ class Webhooks:
                 updated_at=now,
             )
             tx.webhooks.put(endpoint)
-            answer = WebhookRegistration(
+            return WebhookRegistration(
                 url=url, signing_secret=secret, is_active=True, updated_at=from_ms(now), events=chosen
             )
-            self._idem.save(
-                tx, merchant_id, key, print_, converter.unstructure(answer), now, sensitive=True
-            )
-            return answer
+
+        return self._idem.run(deps, merchant_id, key, command, body, _REGISTRATION)
 
     def get(self, merchant_id: str) -> WebhookSettings:
         """The merchant's endpoint; NotFoundError when none is registered."""
@@ -292,12 +288,8 @@ class Webhooks:
         """
         deps = self._deps
         key = check_key(idempotency_key)
-        print_ = fingerprint("event.resend", {"event": event_id})
-        with deps.transaction() as tx:
-            now = deps.clock.now()
-            kept = self._idem.lookup(tx, merchant_id, key, print_, now)
-            if kept is not None:
-                return _load_record(kept)
+
+        def body(tx: Transaction, now: int) -> EventRecord:
             event = _own(tx, merchant_id, event_id)
             endpoint = tx.webhooks.get(merchant_id)
             if endpoint is None:
@@ -307,9 +299,9 @@ class Webhooks:
             if event.resend_at is None:
                 event = attrs.evolve(event, resend_at=now)
                 tx.outbox.update(event)
-            record = _record_of(tx, event, endpoint)
-            self._idem.save(tx, merchant_id, key, print_, _dump_record(record), now)
-            return record
+            return _record_of(tx, event, endpoint)
+
+        return self._idem.run(deps, merchant_id, key, ResendEvent(event=event_id), body, _RESENT)
 
     # the Task of paymentcore._services.work: claim the event, send it, record the attempt
 
@@ -578,3 +570,11 @@ def _registration_of(kept: Any) -> WebhookRegistration:
             events=kept["events"],
         )
     return converter.structure(kept, WebhookRegistration)
+
+
+#: how a registration's answer is kept with its key (encrypted: it holds the signing secret) ...
+_REGISTRATION = Answer[WebhookRegistration](
+    converter.unstructure, lambda tx, kept, now: _registration_of(kept), sensitive=True
+)
+#: ... and a resend's
+_RESENT = Answer[EventRecord](_dump_record, lambda tx, kept, now: _load_record(kept))
