@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import builtins
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from decimal import Decimal
 from typing import Protocol
@@ -53,6 +53,7 @@ __all__ = [
     "DeliveryTarget",
     "ExchangeRates",
     "IdempotencyRepository",
+    "KeyLookup",
     "KeyRepository",
     "LeaseRepository",
     "LedgerRepository",
@@ -63,6 +64,8 @@ __all__ = [
     "NetworkOutcome",
     "OperatorRepository",
     "Outbox",
+    "PartitionedStore",
+    "PayoutInputs",
     "PayoutRepository",
     "PayoutRequest",
     "PayoutResult",
@@ -161,9 +164,36 @@ class MerchantRepository(Protocol):
         ...
 
 
+@attrs.frozen
+class KeyLookup:
+    """An API key found by its hash, with its merchant (None when it has none) and the switches, read
+    together (one statement on the SQL stores)."""
+
+    key: ApiKey
+    merchant: Merchant | None
+    settings: Settings
+
+
+@attrs.frozen
+class PayoutInputs:
+    """What creating a payout reads, in one statement on the SQL stores: the switches, the merchant
+    (None when there is none), its limits in the currency (None when unset), and what it paid out in
+    the currency since the start of each rolling window (None when that window has no limit)."""
+
+    settings: Settings
+    merchant: Merchant | None
+    limits: PayoutLimits | None
+    spent_day: int | None
+    spent_week: int | None
+
+
 class KeyRepository(Protocol):
     def get(self, key_id: str) -> ApiKey | None: ...
     def by_hash(self, key_hash: str) -> ApiKey | None: ...
+    def lookup(self, key_hash: str) -> KeyLookup | None:
+        """The key of ``key_hash`` with its merchant and the switches (None: no such key)."""
+        ...
+
     def put(self, key: ApiKey) -> None:
         """Insert or replace; a replaced hash no longer finds the key."""
         ...
@@ -287,6 +317,14 @@ class PayoutRepository(Protocol):
 
     def spent(self, merchant_id: str, currency: str, since: int) -> int:
         """Sum of the payouts created at or after ``since`` that ``_queries.counts_as_spent``."""
+        ...
+
+    def inputs(
+        self, merchant_id: str, currency: str | None, *, day_since: int, week_since: int
+    ) -> PayoutInputs:
+        """What a new payout of ``merchant_id`` in ``currency`` is checked against (no currency: the
+        switches and the merchant only); the spends are ``spent`` since ``day_since`` and
+        ``week_since``, read only for a window that has a limit."""
         ...
 
     def page(
@@ -576,6 +614,10 @@ class RateRepository(Protocol):
         """(start, count) of the key's buckets of ``width`` starting at or after ``since``, oldest first."""
         ...
 
+    def spans(self, key_id: str, spans: Sequence[tuple[int, int]]) -> list[list[tuple[int, int]]]:
+        """:meth:`buckets` for each ``(width, since)`` of ``spans`` (distinct widths), in one read."""
+        ...
+
     def add(self, key_id: str, width: int, start: int, hits: int = 1) -> None:
         """Count ``hits`` more requests in the key's bucket of ``width`` starting at ``start``."""
         ...
@@ -653,6 +695,21 @@ class Store(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class PartitionedStore(Store, Protocol):
+    """A store whose writers of different merchants need not wait for each other (PostgreSQL's).
+
+    The services open a merchant's write transaction with ``transaction_for(merchant_id)`` when the
+    store offers it (``store.transaction()`` otherwise). Inside it, what belongs to that merchant (its
+    idempotency keys, limits, spend, webhook endpoint) is serialised against that merchant's other
+    writers and against :meth:`Store.transaction` (which still excludes every writer); rows that a
+    worker and an operator may both touch are locked row by row, balances move by conditional updates.
+    """
+
+    def transaction_for(self, merchant_id: str) -> AbstractContextManager[UnitOfWork]:
+        """A write transaction on ``merchant_id``'s partition: all or nothing, like ``transaction``."""
+        ...
 
 
 class StoreUnavailableError(Exception):

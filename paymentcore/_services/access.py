@@ -151,8 +151,10 @@ class _BatchCounts:
         for hit in batch:
             earliest[hit.key.id] = min(hit.now, earliest.get(hit.key.id, hit.now))
         for key_id in sorted(earliest):  # a fixed order, as the book's locks want
-            for window in (MINUTE, HOUR):
-                rows = store.buckets(key_id, window.width, window.since(earliest[key_id]))
+            since = earliest[key_id]
+            windows = [(MINUTE.width, MINUTE.since(since)), (HOUR.width, HOUR.since(since))]
+            spans = store.spans(key_id, windows)
+            for window, rows in zip((MINUTE, HOUR), spans, strict=True):
                 self._known[(key_id, window.width)] = dict(rows)
 
     def buckets(self, key_id: str, width: int, since: int) -> list[tuple[int, int]]:
@@ -334,16 +336,12 @@ class Access:
         if not token or len(token) > 200:
             raise UnauthorizedError()
         with self._deps.store.read() as tx:
-            key = tx.keys.by_hash(hash_key(token))
-            if key is None or key.revoked:
-                raise UnauthorizedError()
-            merchant = tx.merchants.get(key.merchant_id)
-            settings = tx.settings.get()
-        if merchant is None:
+            found = tx.keys.lookup(hash_key(token))  # the key, its merchant and the switches: one read
+        if found is None or found.key.revoked or found.merchant is None:
             raise UnauthorizedError()
-        if not settings.api_enabled:
+        if not found.settings.api_enabled:
             raise CapabilityDisabledError("The merchant API is switched off platform-wide.")
-        return Principal(key=key, merchant=merchant)
+        return Principal(key=found.key, merchant=found.merchant)
 
     def rate(self, principal: Principal) -> RateState:
         return self.limiter.hit(principal.key, self._deps.clock.now())

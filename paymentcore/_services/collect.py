@@ -470,7 +470,7 @@ class Collect:
     def due(self, tx: Transaction, now: int, limit: int) -> builtins.list[Due]:
         # a lane per provider: a mobile network that hangs holds up only its own collections
         due = tx.collections.due(now, limit, per_lane=LANE_DEPTH)
-        return [Due(key=c.reference, lane=collection_lane(c)) for c in due]
+        return [Due(key=c.reference, lane=collection_lane(c), merchant=c.merchant_id) for c in due]
 
     def renew(self, tx: Transaction, key: str, held_until: int, until: int) -> bool:
         collection = tx.collections.get(key)

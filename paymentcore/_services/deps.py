@@ -6,6 +6,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from typing import Any
 
 import attrs
@@ -47,14 +48,15 @@ class Deps:
     _told: threading.local = attrs.field(factory=threading.local, init=False, repr=False)
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[Transaction]:
+    def transaction(self, merchant_id: str | None = None) -> Iterator[Transaction]:
         """``store.transaction()``, and what :meth:`tell` is given inside reaches the observer once it
-        has committed (nothing when it rolls back)."""
+        has committed (nothing when it rolls back). With ``merchant_id``, on a store partitioned by
+        merchant (``ports.PartitionedStore``), a transaction that waits only for that merchant's writers."""
         stack: list[list[Callable[[Observer], None]]] = self._told.__dict__.setdefault("stack", [])
         notes: list[Callable[[Observer], None]] = []
         stack.append(notes)
         try:
-            with self.store.transaction() as tx:
+            with self._open(merchant_id) as tx:
                 yield tx
         finally:
             stack.pop()
@@ -63,6 +65,10 @@ class Deps:
                 note(self.observer)
             except Exception:  # an observer never breaks the work it watches
                 _log.exception("the observer failed")
+
+    def _open(self, merchant_id: str | None) -> AbstractContextManager[Transaction]:
+        partitioned = getattr(self.store, "transaction_for", None) if merchant_id is not None else None
+        return partitioned(merchant_id) if partitioned is not None else self.store.transaction()
 
     def tell(self, note: Callable[[Observer], None]) -> None:
         """Inside :meth:`transaction`: call ``note(observer)`` once that transaction has committed."""

@@ -170,21 +170,41 @@ class Disburse:
         )
 
         def body(tx: Transaction, now: int) -> Payout:
-            settings = tx.settings.get()
-            if not settings.payouts_enabled:  # before any other check, as the API documents
+            try:  # the arguments' checks need no database: made first, told in the API's order below
+                checked: _Checked | None = self._check(asked)
+                refused: PaymentError | None = None
+            except PaymentError as error:
+                checked, refused = None, error
+            code = None if checked is None else checked.currency.code
+            # everything the checks read, in one statement
+            inputs = tx.payouts.inputs(merchant_id, code, day_since=now - DAY_MS, week_since=now - WEEK_MS)
+            if not inputs.settings.payouts_enabled:  # before any other check, as the API documents
                 raise CapabilityDisabledError(BlockedBy.PLATFORM.message(""))
-            checked = self._check(asked)
-            merchant = require_merchant(tx, merchant_id)
+            if refused is not None:
+                raise refused
+            assert checked is not None
+            merchant = inputs.merchant
+            if merchant is None:
+                raise NotFoundError(f"No merchant {merchant_id}.", param="merchant")
             if not merchant.approved:
                 raise MerchantNotApprovedError()
+            spends = {now - DAY_MS: inputs.spent_day, now - WEEK_MS: inputs.spent_week}
+
+            def spent_since(since: int) -> int:
+                known = spends.get(since)
+                if known is not None:
+                    return known
+                return tx.payouts.spent(merchant_id, checked.currency.code, since)
+
+            maximum = checked.currency.max_minor
             payout = self._admit(
                 tx,
                 merchant,
-                settings,
+                inputs.settings,
                 checked,
                 now,
-                limits_for=lambda code: self._effective(tx, merchant.id, code),
-                spent_since=lambda since: tx.payouts.spent(merchant.id, checked.currency.code, since),
+                limits_for=lambda code: effective_limits(inputs.limits, maximum),
+                spent_since=spent_since,
             )
             return payout_from(payout, catalogue=self._deps.catalogue)
 
@@ -700,7 +720,7 @@ class Disburse:
         # payouts of a merchant's batch of 1,000 do not go before every other merchant's payouts; a lane
         # per provider: a mobile network that hangs holds up only its own payouts
         due = tx.payouts.due(now, limit)
-        return [Due(key=payout.reference, lane=payout_lane(payout)) for payout in due]
+        return [Due(payout.reference, payout_lane(payout), merchant=payout.merchant_id) for payout in due]
 
     def renew(self, tx: Transaction, key: str, held_until: int, until: int) -> bool:
         payout = tx.payouts.get(key)

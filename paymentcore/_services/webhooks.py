@@ -309,10 +309,10 @@ class Webhooks:
         # a lane per endpoint (one per merchant), listed in turns: an endpoint with 10,000 events due
         # stands no further ahead than one with a single event
         events = [*tx.outbox.due(now, limit, per_lane=LANE_DEPTH), *tx.outbox.resends_due(now, limit)]
-        lanes: dict[str, str] = {}
+        found: dict[str, Due] = {}
         for event in events:  # each event once, at its first place (a retry and a resend may both be due)
-            lanes.setdefault(event.id, event_lane(event))
-        return [Due(key=key, lane=lane) for key, lane in lanes.items()]
+            found.setdefault(event.id, Due(key=event.id, lane=event_lane(event), merchant=event.merchant_id))
+        return list(found.values())
 
     def renew(self, tx: Transaction, key: str, held_until: int, until: int) -> bool:
         event = tx.outbox.get(key)

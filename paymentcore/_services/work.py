@@ -45,6 +45,9 @@ class Due:
 
     key: str
     lane: str
+    #: the merchant whose money the item moves: its write transactions take that merchant's partition
+    #: of the store (``ports.PartitionedStore``), not the whole store
+    merchant: str | None = None
 
 
 class Task(Protocol[ClaimT, OutcomeT]):
@@ -80,6 +83,13 @@ class Task(Protocol[ClaimT, OutcomeT]):
         ...
 
 
+def _unpartitioned(store: Store) -> Callable[..., AbstractContextManager[Transaction]]:
+    def write(merchant_id: str | None = None) -> AbstractContextManager[Transaction]:
+        return store.transaction()
+
+    return write
+
+
 class Runner(Generic[ClaimT, OutcomeT]):
     """Runs one :class:`Task` against a store.
 
@@ -98,14 +108,14 @@ class Runner(Generic[ClaimT, OutcomeT]):
         *,
         kind: str = "work",
         lease_ms: int = 30_000,
-        write: Callable[[], AbstractContextManager[Transaction]] | None = None,
+        write: Callable[..., AbstractContextManager[Transaction]] | None = None,
     ) -> None:
         self.task = task
         self.kind = kind
         self._store = store
         self._clock = clock
         self._lease_ms = lease_ms
-        self._write = write if write is not None else store.transaction
+        self._write = write if write is not None else _unpartitioned(store)
         self._heartbeat = lease_ms / 3000  # seconds between renewals of a lease in use
         self._acting: dict[str, _Hold] = {}  # items whose action is under way here, and their leases
         self._acting_lock = threading.Lock()
@@ -115,18 +125,18 @@ class Runner(Generic[ClaimT, OutcomeT]):
         """Work every due item once; returns how many were due."""
         due = self.due(limit)
         for item in due:
-            self.run_one(item.key)
+            self.run_one(item.key, merchant_id=item.merchant)
         return len(due)
 
     def due(self, limit: int) -> Sequence[Due]:
         with self._store.read() as tx:
             return self.task.due(tx, self._clock.now(), limit)
 
-    def run_one(self, key: str, *, max_steps: int = 3) -> OutcomeT | None:
+    def run_one(self, key: str, *, merchant_id: str | None = None, max_steps: int = 3) -> OutcomeT | None:
         """Claim, act and record one item, step after step; the last outcome, or None when it was not
         claimed or nothing was learnt."""
         last: OutcomeT | None = None
-        with self._write() as tx:
+        with self._write(merchant_id=merchant_id) as tx:
             claim, lease = self._claim(tx, key)
         for step in range(1, max_steps + 1):
             if claim is None:
@@ -134,7 +144,7 @@ class Runner(Generic[ClaimT, OutcomeT]):
             outcome = self._act(key, claim, lease)
             if outcome is None:
                 return last  # the claim (and the lease row) runs out and the item is due again
-            with self._write() as tx:
+            with self._write(merchant_id=merchant_id) as tx:
                 again = self.task.record(tx, claim, outcome, self._clock.now())
                 tx.leases.drop(self.kind, key)
                 # the next step's claim rides in the same transaction (one commit fewer per step);
@@ -435,7 +445,7 @@ class Pump:
     def _work(self, item: Due) -> None:
         started = time.monotonic()
         try:
-            self._runner.run_one(item.key)
+            self._runner.run_one(item.key, merchant_id=item.merchant)
         except Exception:
             log.exception("%s: %s failed; it stays due", self.name, item.key)
         finally:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import builtins
 import copy
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -53,7 +53,7 @@ from paymentcore._domain.queries import (
     payout_is_due,
     payouts_in_due_order,
 )
-from paymentcore.ports import CurrencyTotal, StoreUnavailableError, Tally
+from paymentcore.ports import CurrencyTotal, KeyLookup, PayoutInputs, StoreUnavailableError, Tally
 
 __all__ = [
     "MemoryStore",
@@ -218,6 +218,12 @@ class _Keys(_Repository):
         key_id = self._t.get("key_hashes", key_hash)
         return None if key_id is None else self.get(key_id)
 
+    def lookup(self, key_hash: str) -> KeyLookup | None:
+        key = self.by_hash(key_hash)
+        if key is None:
+            return None
+        return KeyLookup(key, self._t.get("merchants", key.merchant_id), _Settings(self._t).get())
+
     def put(self, key: ApiKey) -> None:
         old = self.get(key.id)
         if old is not None and old.key_hash != key.key_hash:
@@ -323,8 +329,10 @@ class _Collections(_Repository):
             key=lambda c: c.reference,
             created_at=lambda c: c.created_at,
             after=after,
-            keep=lambda c: (status is None or c.status is status)
-            and (merchant_reference is None or c.merchant_reference == merchant_reference),
+            keep=lambda c: (
+                (status is None or c.status is status)
+                and (merchant_reference is None or c.merchant_reference == merchant_reference)
+            ),
             limit=limit,
         )
 
@@ -396,6 +404,18 @@ class _Payouts(_Repository):
             and (created_before is None or p.created_at < created_before)
         )
 
+    def inputs(
+        self, merchant_id: str, currency: str | None, *, day_since: int, week_since: int
+    ) -> PayoutInputs:
+        limits = None if currency is None else _Limits(self._t).get(merchant_id, currency)
+        day = week = None
+        if limits is not None and currency is not None:
+            day = None if limits.per_day is None else self.spent(merchant_id, currency, day_since)
+            week = None if limits.per_week is None else self.spent(merchant_id, currency, week_since)
+        return PayoutInputs(
+            _Settings(self._t).get(), self._t.get("merchants", merchant_id), limits, day, week
+        )
+
     def spent(self, merchant_id: str, currency: str, since: int) -> int:
         return sum(
             p.amount
@@ -421,9 +441,11 @@ class _Payouts(_Repository):
             key=lambda p: p.reference,
             created_at=lambda p: p.created_at,
             after=after,
-            keep=lambda p: (status is None or p.status is status)
-            and (merchant_reference is None or p.merchant_reference == merchant_reference)
-            and (batch_id is None or p.batch_id == batch_id),
+            keep=lambda p: (
+                (status is None or p.status is status)
+                and (merchant_reference is None or p.merchant_reference == merchant_reference)
+                and (batch_id is None or p.batch_id == batch_id)
+            ),
             limit=limit,
         )
 
@@ -616,9 +638,7 @@ class _Outbox(_Repository):
 
     def defer(self, merchant_id: str, until: int) -> int:
         moved = [
-            e
-            for e in self._t.values("events")
-            if e.merchant_id == merchant_id and event_is_due(e, until - 1)
+            e for e in self._t.values("events") if e.merchant_id == merchant_id and event_is_due(e, until - 1)
         ]
         for event in moved:
             self._t.update("events", event.id, attrs.evolve(event, next_attempt_at=until))
@@ -651,8 +671,9 @@ class _Outbox(_Repository):
             key=lambda e: e.id,
             created_at=lambda e: e.created_at,
             after=after,
-            keep=lambda e: (event_type is None or e.type == event_type)
-            and (statuses is None or e.status in statuses),
+            keep=lambda e: (
+                (event_type is None or e.type == event_type) and (statuses is None or e.status in statuses)
+            ),
             limit=limit,
         )
 
@@ -712,6 +733,11 @@ class _Rates(_Repository):
     def buckets(self, key_id: str, width: int, since: int) -> builtins.list[tuple[int, int]]:
         counts: dict[int, int] = self._t.get("rates", (key_id, width)) or {}
         return sorted((start, hits) for start, hits in counts.items() if start >= since)
+
+    def spans(
+        self, key_id: str, spans: Sequence[tuple[int, int]]
+    ) -> builtins.list[builtins.list[tuple[int, int]]]:
+        return [self.buckets(key_id, width, since) for width, since in spans]
 
     def add(self, key_id: str, width: int, start: int, hits: int = 1) -> None:
         counts = dict(self._t.get("rates", (key_id, width)) or {})

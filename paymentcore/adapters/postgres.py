@@ -2,9 +2,12 @@
 
 Several API servers and workers, on several machines, share one database:
 
-- A write unit of work is one transaction (READ COMMITTED) that takes the store's write lock (a
-  transaction-level advisory lock, one per schema) before its first statement, so, as on SQLite, a check
-  made inside it (a status, an idempotency key, a limit) still holds when it writes, in every process.
+- A write unit of work is one transaction (READ COMMITTED) that takes, before its first statement, the
+  store's write lock (a transaction-level advisory lock, one per schema), or, for a unit of one
+  merchant's partition (:meth:`PostgresStore.transaction_for`: a payout, a charge, a webhook
+  registration, the worker's steps on one merchant's item), that lock shared and the merchant's own
+  lock. So a check made inside it (an idempotency key, a limit, the spend of the merchant's windows)
+  still holds when it writes, in every process, while different merchants' money moves side by side.
   Read views are REPEATABLE READ, READ ONLY transactions: one snapshot, never waiting for a writer.
 - A balance moves by one conditional statement (``UPDATE balances SET available = available + %s
   ... WHERE available + %s >= 0``), never read then written; CHECK constraints back the ledger.
@@ -227,22 +230,45 @@ def _lock_half(*parts: str) -> int:
 
 
 class _PostgresRows(Rows):
-    """In a write unit of work the first statement (but a rate counter's) takes the store's write lock;
-    a rate counter takes its key's own advisory lock instead (``hold_key``)."""
+    """In a write unit of work the first statement (but a rate counter's) takes the store's write lock,
+    or, for a unit of one merchant's partition, that lock shared and the merchant's own; a rate counter
+    takes its key's own advisory lock instead (``hold_key``)."""
 
     def __init__(
-        self, conn: psycopg.Connection[Any], *, writable: bool, write_lock: int, rate_namespace: int
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        writable: bool,
+        write_lock: int,
+        rate_namespace: int,
+        partition: str | None = None,
+        partitions: int = 0,
+        pipeline: psycopg.Pipeline | None = None,
     ) -> None:
         super().__init__(POSTGRESQL, conn, writable=writable)
+        self._pipeline = pipeline
         self._write_lock = write_lock
         self._namespace = rate_namespace
+        self.partition = partition
+        self._partitions = partitions
         self._held: set[tuple[str, str]] = set()
 
     def execute(self, sql: str, params: Any = (), *, lock: bool = True) -> Any:
         if lock and self.writable and ("", "") not in self._held:
-            self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._write_lock,))
+            if self.partition is None:  # the whole store: every other writer waits
+                self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._write_lock,))
+            else:  # one merchant's partition: only its writers (and whole-store writers) wait
+                self.conn.execute(
+                    "SELECT pg_advisory_xact_lock_shared(%s), pg_advisory_xact_lock(%s, %s)",
+                    (self._write_lock, self._partitions, _lock_half("merchant", self.partition)),
+                )
             self._held.add(("", ""))
         return self.conn.execute(sql, params or None)
+
+    def changed(self, cursor: Any) -> int:
+        if cursor.rowcount < 0 and self._pipeline is not None:  # its result is still on its way
+            self._pipeline.sync()
+        return int(cursor.rowcount)
 
     def execute_many(self, sql: str, rows: list[list[Any]]) -> None:
         """Every row in one round of statements (psycopg sends them in a pipeline)."""
@@ -262,11 +288,26 @@ class PostgresTransaction(SqlTransaction):
     """One unit of work on one pooled connection: the repositories of ``ports.UnitOfWork``."""
 
     def __init__(
-        self, conn: psycopg.Connection[Any], *, writable: bool, write_lock: int, rate_namespace: int
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        writable: bool,
+        write_lock: int,
+        rate_namespace: int,
+        partition: str | None = None,
+        partitions: int = 0,
+        pipeline: psycopg.Pipeline | None = None,
     ) -> None:
-        super().__init__(
-            _PostgresRows(conn, writable=writable, write_lock=write_lock, rate_namespace=rate_namespace)
+        rows = _PostgresRows(
+            conn,
+            writable=writable,
+            write_lock=write_lock,
+            rate_namespace=rate_namespace,
+            partition=partition,
+            partitions=partitions,
+            pipeline=pipeline,
         )
+        super().__init__(rows)
 
 
 class PostgresStore:
@@ -301,6 +342,7 @@ class PostgresStore:
         self._write_lock = _lock_key("paymentcore.write", self.schema)
         self._migrate_lock = _lock_key("paymentcore.migrate", self.schema)
         self._rate_namespace = _lock_half("paymentcore.rate", self.schema)
+        self._partitions = _lock_half("paymentcore.merchant", self.schema)
         self._pool = ConnectionPool(
             url,
             min_size=1,
@@ -356,8 +398,13 @@ class PostgresStore:
     # --- units of work -------------------------------------------------------------------------
 
     @contextmanager
-    def _unit(self, begin: str, *, writable: bool) -> Iterator[PostgresTransaction]:
-        with self._pool.connection() as conn:
+    def _unit(
+        self, begin: str, *, writable: bool, partition: str | None = None
+    ) -> Iterator[PostgresTransaction]:
+        # in pipeline mode: a statement whose result nobody reads yet (BEGIN, the locks, an INSERT, the
+        # COMMIT) is sent with the next one whose result is read, so a unit of work costs one round trip
+        # per result it waits for, plus one for its end
+        with self._pool.connection() as conn, conn.pipeline() as pipeline:
             conn.execute(begin)
             try:
                 yield PostgresTransaction(
@@ -365,11 +412,17 @@ class PostgresStore:
                     writable=writable,
                     write_lock=self._write_lock,
                     rate_namespace=self._rate_namespace,
+                    partition=partition,
+                    partitions=self._partitions,
+                    pipeline=pipeline,
                 )
             except BaseException:
-                if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                if not conn.closed:
+                    with suppress(psycopg.Error):  # what was sent, and the error it met, if any
+                        pipeline.sync()
                     with suppress(psycopg.Error):  # a broken connection: the pool throws it away
                         conn.execute("ROLLBACK")
+                        pipeline.sync()
                 raise
             conn.execute("COMMIT" if writable else "ROLLBACK")
 
@@ -377,6 +430,15 @@ class PostgresStore:
     def transaction(self) -> Iterator[PostgresTransaction]:
         """A write transaction, durable once the block has exited without an exception (COMMIT)."""
         with self._unit("BEGIN ISOLATION LEVEL READ COMMITTED", writable=True) as tx:
+            yield tx
+
+    @contextmanager
+    def transaction_for(self, merchant_id: str) -> Iterator[PostgresTransaction]:
+        """A write transaction on one merchant's partition (``ports.PartitionedStore``): it waits only
+        for that merchant's writers and for whole-store writers (:meth:`transaction`), so the money of
+        different merchants moves side by side; rows they share (a payout, an event) are locked row by
+        row (``FOR UPDATE``), balances by their conditional update."""
+        with self._unit("BEGIN ISOLATION LEVEL READ COMMITTED", writable=True, partition=merchant_id) as tx:
             yield tx
 
     @contextmanager

@@ -58,7 +58,7 @@ from paymentcore._domain.queries import (
     PAYOUT_SEND_STATUSES,
     SPENT_STATUSES,
 )
-from paymentcore.ports import CurrencyTotal, Tally
+from paymentcore.ports import CurrencyTotal, KeyLookup, PayoutInputs, Tally
 
 __all__ = [
     "HOUR_MS",
@@ -337,6 +337,14 @@ class Rows:
             raise RuntimeError("write through a read-only transaction")
         return self.run(sql, params, lock=lock)
 
+    def changed(self, cursor: Any) -> int:
+        """How many rows the statement of ``cursor`` changed."""
+        return int(cursor.rowcount)
+
+    def write_count(self, sql: str, params: Any = (), *, lock: bool = True) -> int:
+        """Write; how many rows changed."""
+        return self.changed(self.write(sql, params, lock=lock))
+
     def value(self, sql: str, params: Any = ()) -> int | None:
         """The one number a statement answers (None for NULL or no row)."""
         row = self.run(sql, params).fetchone()
@@ -365,7 +373,7 @@ class Rows:
         self.execute_many(self.dialect.sql(codec.insert_sql), [codec.values(r) for r in records])
 
     def update(self, codec: Codec, record: Any) -> None:
-        if self.write(codec.update_sql, codec.update_values(record)).rowcount != 1:
+        if self.write_count(codec.update_sql, codec.update_values(record)) != 1:
             raise KeyError(f"{codec.table}: no row to update")
 
     def listing(
@@ -480,14 +488,44 @@ class _Repository:
 # --- settings, merchants, keys, limits -----------------------------------------------------------
 
 
+def _settings(row: Sequence[Any] | None) -> Settings:
+    """The switches from (api_enabled, payouts_enabled, closed_currencies); the defaults before any."""
+    if row is None or row[0] is None:
+        return Settings()
+    return Settings(bool(row[0]), bool(row[1]), frozenset(json.loads(row[2])))
+
+
+_SETTINGS = "s.api_enabled, s.payouts_enabled, s.closed_currencies"
+_N_KEY, _N_MERCHANT, _N_LIMITS = len(_KEYS.columns), len(_MERCHANTS.columns), len(_LIMITS.columns)
+
+
+def _columns(codec: Codec, alias: str) -> str:
+    return ", ".join(f"{alias}.{column}" for column in codec.columns)
+
+
+def _spent_sql(window: str) -> str:
+    """What a merchant paid out in a currency since ``:{window}since``: whole hours from the
+    trigger-kept buckets, the first, partial hour summed exactly from the payouts themselves."""
+    return (
+        "(SELECT coalesce(sum(amount), 0) FROM payout_spend"
+        f" WHERE merchant_id = :m AND currency = :c AND hour >= :{window}hour)"
+        " + (SELECT coalesce(sum(amount), 0) FROM payouts WHERE merchant_id = :m AND currency = :c"
+        f" AND created_at >= :{window}since AND created_at < :{window}next AND {_SPENT})"
+    )
+
+
+def _spent_params(window: str, since: int) -> dict[str, int]:
+    next_hour = (since // HOUR_MS + 1) * HOUR_MS
+    return {f"{window}hour": next_hour // HOUR_MS, f"{window}since": since, f"{window}next": next_hour}
+
+
 class _Settings(_Repository):
     def get(self) -> Settings:
-        row = self._rows.run(
-            "SELECT api_enabled, payouts_enabled, closed_currencies FROM settings WHERE id = 1"
-        ).fetchone()
-        if row is None:
-            return Settings()
-        return Settings(bool(row[0]), bool(row[1]), frozenset(json.loads(row[2])))
+        return _settings(
+            self._rows.run(
+                "SELECT api_enabled, payouts_enabled, closed_currencies FROM settings WHERE id = 1"
+            ).fetchone()
+        )
 
     def put(self, settings: Settings) -> None:
         self._rows.write(
@@ -518,6 +556,23 @@ class _Keys(_Repository):
     def by_hash(self, key_hash: str) -> ApiKey | None:
         key: ApiKey | None = self._rows.one(_KEYS, "key_hash = ?", (key_hash,))
         return key
+
+    _LOOKUP = (
+        f"SELECT {_columns(_KEYS, 'k')}, {_columns(_MERCHANTS, 'm')}, {_SETTINGS} FROM api_keys AS k"
+        " LEFT JOIN merchants AS m ON m.id = k.merchant_id LEFT JOIN settings AS s ON s.id = 1"
+        " WHERE k.key_hash = ?"
+    )
+
+    def lookup(self, key_hash: str) -> KeyLookup | None:
+        row = self._rows.run(self._LOOKUP, (key_hash,)).fetchone()
+        if row is None:
+            return None
+        merchant = row[_N_KEY : _N_KEY + _N_MERCHANT]
+        return KeyLookup(
+            _KEYS.decode(row[:_N_KEY]),
+            None if merchant[0] is None else _MERCHANTS.decode(merchant),
+            _settings(row[_N_KEY + _N_MERCHANT :]),
+        )
 
     def put(self, key: ApiKey) -> None:
         self._rows.upsert(_KEYS, key)
@@ -715,21 +770,37 @@ class _Payouts(_Repository):
         return [CurrencyTotal(str(c), int(n), int(a)) for c, n, a in rows]
 
     def spent(self, merchant_id: str, currency: str, since: int) -> int:
-        # whole hours after the one holding `since` come from the trigger-kept buckets; that first,
-        # partial hour is summed exactly from the payouts themselves
-        next_hour = (since // HOUR_MS + 1) * HOUR_MS
         return self._rows.count(
-            "SELECT (SELECT coalesce(sum(amount), 0) FROM payout_spend"
-            "        WHERE merchant_id = :m AND currency = :c AND hour >= :hour)"
-            " + (SELECT coalesce(sum(amount), 0) FROM payouts WHERE merchant_id = :m AND currency = :c"
-            f"       AND created_at >= :since AND created_at < :next AND {_SPENT})",
-            {
-                "m": merchant_id,
-                "c": currency,
-                "hour": next_hour // HOUR_MS,
-                "since": since,
-                "next": next_hour,
-            },
+            f"SELECT {_spent_sql('')}", {"m": merchant_id, "c": currency, **_spent_params("", since)}
+        )
+
+    _INPUTS = (
+        f"SELECT {_SETTINGS}, {_columns(_MERCHANTS, 'm')}, {_columns(_LIMITS, 'l')},"
+        f" CASE WHEN l.per_day IS NOT NULL THEN {_spent_sql('d')} END,"
+        f" CASE WHEN l.per_week IS NOT NULL THEN {_spent_sql('w')} END"
+        " FROM (SELECT 1 AS one) AS one LEFT JOIN settings AS s ON s.id = 1"
+        " LEFT JOIN merchants AS m ON m.id = :m"
+        " LEFT JOIN payout_limits AS l ON l.merchant_id = :m AND l.currency = :c"
+    )
+
+    def inputs(
+        self, merchant_id: str, currency: str | None, *, day_since: int, week_since: int
+    ) -> PayoutInputs:
+        params = {
+            "m": merchant_id,
+            "c": currency,
+            **_spent_params("d", day_since),
+            **_spent_params("w", week_since),
+        }
+        row = self._rows.run(self._INPUTS, params).fetchone()
+        merchant, limits = row[3 : 3 + _N_MERCHANT], row[3 + _N_MERCHANT : 3 + _N_MERCHANT + _N_LIMITS]
+        day, week = row[-2:]
+        return PayoutInputs(
+            settings=_settings(row[:3]),
+            merchant=None if merchant[0] is None else _MERCHANTS.decode(merchant),
+            limits=None if limits[0] is None else _LIMITS.decode(limits),
+            spent_day=None if day is None else int(day),
+            spent_week=None if week is None else int(week),
         )
 
     def page(
@@ -940,12 +1011,10 @@ class _Outbox(_Repository):
         )
 
     def defer(self, merchant_id: str, until: int) -> int:
-        return int(
-            self._rows.write(
-                f"UPDATE events SET next_attempt_at = ? WHERE merchant_id = ? AND {_DUE_EVENT}"
-                " AND next_attempt_at < ?",
-                (until, merchant_id, until),
-            ).rowcount
+        return self._rows.write_count(
+            f"UPDATE events SET next_attempt_at = ? WHERE merchant_id = ? AND {_DUE_EVENT}"
+            " AND next_attempt_at < ?",
+            (until, merchant_id, until),
         )
 
     def count_due(self, now: int) -> int:
@@ -1010,7 +1079,7 @@ class _Idempotency(_Repository):
         self._rows.write("DELETE FROM idempotency WHERE merchant_id = ? AND key = ?", (merchant_id, key))
 
     def purge(self, before: int) -> int:
-        return int(self._rows.write("DELETE FROM idempotency WHERE created_at < ?", (before,)).rowcount)
+        return self._rows.write_count("DELETE FROM idempotency WHERE created_at < ?", (before,))
 
 
 class _Leases(_Repository):
@@ -1028,7 +1097,7 @@ class _Leases(_Repository):
         return self._rows.count("SELECT count(*) FROM work_leases WHERE kind = ? AND until > ?", (kind, now))
 
     def purge(self, before: int) -> int:
-        return int(self._rows.write("DELETE FROM work_leases WHERE until < ?", (before,)).rowcount)
+        return self._rows.write_count("DELETE FROM work_leases WHERE until < ?", (before,))
 
 
 class _Rates(_Repository):
@@ -1045,6 +1114,20 @@ class _Rates(_Repository):
         ).fetchall()
         return [(int(start), int(hits)) for start, hits in rows]
 
+    def spans(
+        self, key_id: str, spans: Sequence[tuple[int, int]]
+    ) -> builtins.list[builtins.list[tuple[int, int]]]:
+        if self._rows.writable:
+            self._rows.hold_key("rate", key_id)
+        which = " OR ".join("(width = ? AND start >= ?)" for _ in spans)
+        rows = self._rows.run(
+            f"SELECT width, start, hits FROM rate_counts WHERE key_id = ? AND ({which})"
+            " ORDER BY width, start",
+            (key_id, *(value for span in spans for value in span)),
+            lock=False,
+        ).fetchall()
+        return [[(int(s), int(h)) for w, s, h in rows if w == width] for width, _ in spans]
+
     def add(self, key_id: str, width: int, start: int, hits: int = 1) -> None:
         if self._rows.writable:
             self._rows.hold_key("rate", key_id)
@@ -1056,9 +1139,7 @@ class _Rates(_Repository):
         )
 
     def purge(self, before: int) -> int:
-        return int(
-            self._rows.write("DELETE FROM rate_counts WHERE start < ?", (before,), lock=False).rowcount
-        )
+        return self._rows.write_count("DELETE FROM rate_counts WHERE start < ?", (before,), lock=False)
 
 
 # --- operators, console sessions, the audit trail ---------------------------------------------------
@@ -1092,16 +1173,12 @@ class _Sessions(_Repository):
         self._rows.write("DELETE FROM console_sessions WHERE id = ?", (session_id,))
 
     def end_all(self, operator_id: str) -> int:
-        return int(
-            self._rows.write("DELETE FROM console_sessions WHERE operator_id = ?", (operator_id,)).rowcount
-        )
+        return self._rows.write_count("DELETE FROM console_sessions WHERE operator_id = ?", (operator_id,))
 
     def purge(self, *, seen_before: int, created_before: int) -> int:
-        return int(
-            self._rows.write(
-                "DELETE FROM console_sessions WHERE last_seen_at < ? OR created_at < ?",
-                (seen_before, created_before),
-            ).rowcount
+        return self._rows.write_count(
+            "DELETE FROM console_sessions WHERE last_seen_at < ? OR created_at < ?",
+            (seen_before, created_before),
         )
 
 

@@ -35,6 +35,7 @@ __all__ = [
     "SqliteTransaction",
     "T",
     "check_writes",
+    "enable_wal",
     "ping_file",
 ]
 
@@ -90,31 +91,10 @@ class SqliteStore:
             timeout=self._busy_timeout_ms / 1000,
         )
         conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
-        self._enable_wal(conn)
+        enable_wal(conn, self._busy_timeout_ms / 1000)
         conn.execute(f"PRAGMA synchronous = {self._synchronous}")
         conn.execute("PRAGMA foreign_keys = ON")
         return conn
-
-    def _enable_wal(self, conn: sqlite3.Connection) -> None:
-        """Switch to WAL, waiting (as the busy timeout would) while another connection holds the lock.
-
-        Changing the journal mode ignores the busy handler, so a second process opening a fresh file
-        while the first creates it retries here instead of failing with "database is locked".
-        """
-        deadline = time.monotonic() + self._busy_timeout_ms / 1000
-        delay = 0.005
-        while True:
-            try:
-                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or time.monotonic() >= deadline:
-                    raise
-                time.sleep(delay)
-                delay = min(delay * 2, 0.2)
-                continue
-            if str(mode).lower() == "wal":
-                return
-            raise sqlite3.OperationalError(f"could not switch {self.path} to WAL (mode {mode})")
 
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
@@ -300,6 +280,26 @@ class _GroupCommit:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+
+
+def enable_wal(conn: sqlite3.Connection, patience: float) -> None:
+    """Switch to WAL, waiting (as the busy timeout would) up to ``patience`` s while another connection
+    holds the lock: changing the journal mode ignores the busy handler, so a second process opening a
+    fresh file while the first creates it retries here instead of failing with "database is locked"."""
+    deadline = time.monotonic() + patience
+    delay = 0.005
+    while True:
+        try:
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
+            continue
+        if str(mode).lower() != "wal":
+            raise sqlite3.OperationalError(f"could not switch to WAL (mode {mode})")
+        return
 
 
 READ_ONLY = "the file is read-only"

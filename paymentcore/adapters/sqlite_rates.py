@@ -17,15 +17,13 @@ bumped under the write lock, so racing requests take the last slots one at a tim
 
 from __future__ import annotations
 
-import builtins
 import sqlite3
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from paymentcore.adapters.sqlite import check_writes, ping_file
+from paymentcore.adapters.sqlite import SqliteTransaction, check_writes, enable_wal, ping_file
 
 __all__ = ["SqliteRateFile", "rate_file_path"]
 
@@ -46,38 +44,6 @@ def rate_file_path(database: str | Path) -> Path:
     return path.with_name(path.name + "-rates")
 
 
-class _Counts:
-    """The counters as a rate repository (``paymentcore.ports.RateRepository``) on one connection."""
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self._conn = conn
-
-    def buckets(self, key_id: str, width: int, since: int) -> builtins.list[tuple[int, int]]:
-        rows = self._conn.execute(
-            "SELECT start, hits FROM rate_counts WHERE key_id = ? AND width = ? AND start >= ?"
-            " ORDER BY start",
-            (key_id, width, since),
-        ).fetchall()
-        return [(int(start), int(hits)) for start, hits in rows]
-
-    def add(self, key_id: str, width: int, start: int, hits: int = 1) -> None:
-        self._conn.execute(
-            "INSERT INTO rate_counts (key_id, width, start, hits) VALUES (?, ?, ?, ?)"
-            " ON CONFLICT (key_id, width, start) DO UPDATE SET hits = hits + excluded.hits",
-            (key_id, width, start, hits),
-        )
-
-    def purge(self, before: int) -> int:
-        return self._conn.execute("DELETE FROM rate_counts WHERE start < ?", (before,)).rowcount
-
-
-class _Unit:
-    """What a counting transaction offers: the counters, as ``tx.rates``."""
-
-    def __init__(self, rates: _Counts) -> None:
-        self.rates = rates
-
-
 class SqliteRateFile:
     """The rate-limit counters in their own SQLite file (see the module's docstring)."""
 
@@ -89,7 +55,7 @@ class SqliteRateFile:
         )
         try:
             self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-            self._wal(busy_timeout_ms / 1000)
+            enable_wal(self._conn, busy_timeout_ms / 1000)
             self._conn.execute("PRAGMA synchronous = NORMAL")
             self._conn.execute(_SCHEMA)
             # a read-only file opens (read-only, silently) and takes no count: refuse it now
@@ -101,22 +67,10 @@ class SqliteRateFile:
         except BaseException:
             self._conn.close()
             raise
-        self._unit = _Unit(_Counts(self._conn))
-
-    def _wal(self, patience: float) -> None:
-        """Switch to WAL; the switch ignores the busy handler, so wait out a process creating the file."""
-        deadline = time.monotonic() + patience
-        while True:
-            try:
-                self._conn.execute("PRAGMA journal_mode = WAL").fetchone()
-                return
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or time.monotonic() >= deadline:
-                    raise
-                time.sleep(0.01)
+        self._unit = SqliteTransaction(self._conn)  # of its repositories, only ``rates`` has a table here
 
     @contextmanager
-    def transaction(self) -> Iterator[_Unit]:
+    def transaction(self) -> Iterator[SqliteTransaction]:
         """One counting transaction, committed (to the WAL, without an fsync) when the block ends well."""
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")

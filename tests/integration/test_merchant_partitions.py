@@ -1,0 +1,181 @@
+"""PostgreSQL's writers partitioned by merchant (issue 26): a merchant's write transaction waits only for
+that merchant's writers and for whole-store writers; and the guarantees hold across merchants, with the
+worker running, from three processes (payouts exact per balance, one payout per idempotency key, the
+ledger equal to the balances)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import traceback
+from multiprocessing.queues import Queue
+from multiprocessing.synchronize import Barrier as ProcessBarrier
+from pathlib import Path
+
+from paymentcore import Config, InsufficientBalanceError, PaymentCore
+from paymentcore._services.ledger import check_invariant
+from paymentcore.adapters.postgres import PostgresStore
+from paymentcore.testing import fund
+
+from conftest import postgres_url  # type: ignore[import-not-found, unused-ignore]
+
+WAIT = 30.0  # seconds a thread may take to get somewhere it should get to at once
+AMOUNT = 700
+FUNDED = 21_350  # 30 payouts of 700 fit, the 31st does not
+MERCHANTS = 3
+PROCESSES = 3
+THREADS = 6
+PER_THREAD = 8  # 3 x 6 x 8 = 144 payouts asked for, 48 per merchant: 30 each are accepted
+
+# (tag, {merchant: accepted references}, {merchant: refused}, error or None)
+Report = tuple[str, dict[str, list[str]], dict[str, int], str | None]
+
+
+def _hold(store: PostgresStore, merchant_id: str | None, inside: threading.Event, release: threading.Event) -> None:
+    opened = store.transaction() if merchant_id is None else store.transaction_for(merchant_id)
+    with opened as tx:
+        tx.idempotency.purge(0)  # a first statement: the unit takes its locks
+        inside.set()
+        release.wait(WAIT)
+
+
+def _writer(store: PostgresStore, merchant_id: str | None, done: threading.Event) -> threading.Thread:
+    def run() -> None:
+        opened = store.transaction() if merchant_id is None else store.transaction_for(merchant_id)
+        with opened as tx:
+            tx.idempotency.purge(0)
+        done.set()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def test_a_merchants_writer_waits_only_for_its_merchant_and_for_whole_store_writers(tmp_path: Path) -> None:
+    store = PostgresStore(postgres_url(tmp_path), pool_size=6)
+    try:
+        inside, release = threading.Event(), threading.Event()
+        holder = threading.Thread(target=_hold, args=(store, "mer_a", inside, release))
+        holder.start()
+        assert inside.wait(WAIT)
+        other, same, whole = threading.Event(), threading.Event(), threading.Event()
+        threads = [_writer(store, "mer_b", other), _writer(store, "mer_a", same), _writer(store, None, whole)]
+        assert other.wait(WAIT), "another merchant's writer waited for mer_a's"
+        # mer_a's second writer and a whole-store writer are still waiting: the holder has not let go
+        assert not same.wait(0.5) and not whole.is_set()
+        release.set()
+        assert same.wait(WAIT) and whole.wait(WAIT)
+        for thread in [holder, *threads]:
+            thread.join(WAIT)
+    finally:
+        store.close()
+
+
+def test_a_whole_store_writer_holds_back_every_merchant(tmp_path: Path) -> None:
+    store = PostgresStore(postgres_url(tmp_path), pool_size=4)
+    try:
+        inside, release = threading.Event(), threading.Event()
+        holder = threading.Thread(target=_hold, args=(store, None, inside, release))
+        holder.start()
+        assert inside.wait(WAIT)
+        done = threading.Event()
+        writer = _writer(store, "mer_b", done)
+        assert not done.wait(0.5)
+        release.set()
+        assert done.wait(WAIT)
+        for thread in (holder, writer):
+            thread.join(WAIT)
+    finally:
+        store.close()
+
+
+def _open(url: str) -> PaymentCore:
+    return PaymentCore.postgresql(url, sender=None, config=Config(sandbox_delay=0), pool_size=THREADS + 2)
+
+
+def payout_process(
+    url: str, merchants: list[str], tag: str, worker: bool, start: ProcessBarrier, reports: Queue[Report]
+) -> None:
+    """Runs in a spawned process: THREADS threads paying out from every merchant in turn; half of the
+    idempotency keys are shared by every process (the same payout asked for three times)."""
+    accepted: dict[str, list[str]] = {m: [] for m in merchants}
+    refused = dict.fromkeys(merchants, 0)
+    errors: list[str] = []
+    lock = threading.Lock()
+    try:
+        core = _open(url)
+        if worker:  # the worker sends and settles payouts while the others are being created
+            core.start_worker(interval=0.05)
+        try:
+            inner = threading.Barrier(THREADS)
+
+            def run(thread: int) -> None:
+                inner.wait(timeout=60)
+                for i in range(PER_THREAD):
+                    merchant = merchants[(thread + i) % len(merchants)]
+                    key = f"shared-{thread}-{i}" if i % 2 else f"{tag}-{thread}-{i}"
+                    try:
+                        payout = core.disburse.create(
+                            merchant, amount=AMOUNT, currency="XAF", phone="670000000", idempotency_key=key
+                        )
+                    except InsufficientBalanceError:
+                        with lock:
+                            refused[merchant] += 1
+                    except BaseException:
+                        with lock:
+                            errors.append(traceback.format_exc())
+                    else:
+                        with lock:
+                            accepted[merchant].append(payout.reference)
+
+            start.wait(timeout=60)
+            threads = [threading.Thread(target=run, args=(n,)) for n in range(THREADS)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(timeout=120)
+        finally:
+            core.close()
+    except BaseException:
+        errors.append(traceback.format_exc())
+    reports.put((tag, accepted, refused, "\n".join(errors) or None))
+
+
+def test_payouts_of_several_merchants_from_three_processes_with_the_worker_are_exact(tmp_path: Path) -> None:
+    url = postgres_url(tmp_path)
+    core = _open(url)
+    try:
+        merchants = []
+        for n in range(MERCHANTS):
+            merchant = core.operator.create_merchant(f"Shop {n}", settlement_currency="XAF")
+            fund(core, merchant.id, "XAF", FUNDED)
+            merchants.append(merchant.id)
+    finally:
+        core.close()
+    ctx = multiprocessing.get_context("spawn")
+    reports: Queue[Report] = ctx.Queue()
+    start = ctx.Barrier(PROCESSES)
+    processes = [
+        ctx.Process(target=payout_process, args=(url, merchants, f"p{n}", n == 0, start, reports))
+        for n in range(PROCESSES)
+    ]
+    for process in processes:
+        process.start()
+    got = [reports.get(timeout=180) for _ in processes]
+    for process in processes:
+        process.join(timeout=60)
+    assert [error for *_, error in got] == [None] * PROCESSES
+    core = _open(url)
+    try:
+        with core.store.read() as tx:
+            for merchant in merchants:
+                answered = [ref for _, accepted, _, _ in got for ref in accepted[merchant]]
+                stored = tx.payouts.page(merchant, limit=1000) or []
+                # a shared key answers every process the same payout: one payout per key, 30 in all
+                assert len(stored) == FUNDED // AMOUNT == 30, merchant
+                assert set(answered) == {p.reference for p in stored}
+                balance = check_invariant(tx, merchant, "XAF")
+                assert balance.available == FUNDED - 30 * AMOUNT
+                assert balance.reserved + balance.paid_out == 30 * AMOUNT
+    finally:
+        core.close()

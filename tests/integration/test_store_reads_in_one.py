@@ -1,0 +1,75 @@
+"""The reads folded into one statement (issue 26: few round trips) answer what their separate reads
+answer, on every store: a key with its merchant and switches, a payout's inputs, a key's rate windows."""
+
+from __future__ import annotations
+
+from test_store_contract import NOW, api_key, merchant, payout  # type: ignore[import-not-found, unused-ignore]
+
+from paymentcore._domain.models import PayoutLimits, PayoutStatus, Settings
+from paymentcore.ports import KeyLookup, PayoutInputs, Store
+
+HOUR = 3_600_000
+DAY = 24 * HOUR
+
+
+def test_a_key_is_looked_up_with_its_merchant_and_the_switches(store: Store) -> None:
+    with store.read() as tx:
+        assert tx.keys.lookup("hash-1") is None
+    with store.transaction() as tx:
+        tx.keys.put(api_key())  # its merchant, mer_1, does not exist yet
+    with store.read() as tx:
+        assert tx.keys.lookup("hash-1") == KeyLookup(api_key(), None, Settings())
+    switches = Settings(api_enabled=False, payouts_enabled=True, closed_currencies=frozenset({"XOF"}))
+    with store.transaction() as tx:
+        tx.merchants.put(merchant())
+        tx.settings.put(switches)
+    with store.read() as tx:
+        found = tx.keys.lookup("hash-1")
+        assert found == KeyLookup(api_key(), merchant(), switches)
+        assert found == KeyLookup(tx.keys.by_hash("hash-1"), tx.merchants.get("mer_1"), tx.settings.get())  # type: ignore[arg-type]
+
+
+def test_a_payouts_inputs_are_read_together_and_spends_only_for_windows_with_a_limit(store: Store) -> None:
+    with store.transaction() as tx:
+        tx.merchants.put(merchant())
+        ages = [(HOUR // 2, PayoutStatus.PENDING), (3 * HOUR, PayoutStatus.PAID)]
+        ages += [(2 * DAY, PayoutStatus.SENT)]
+        ages += [(HOUR, PayoutStatus.REJECTED), (8 * DAY, PayoutStatus.PAID)]
+        for n, (age, status) in enumerate(ages):
+            tx.payouts.add(payout(f"PO-{n}", amount=100 * (n + 1), status=status, created_at=NOW - age))
+    day_since, week_since = NOW - DAY, NOW - 7 * DAY
+    with store.read() as tx:
+        # no limits: no spend read; no currency: the switches and the merchant only
+        assert tx.payouts.inputs("mer_1", "XAF", day_since=day_since, week_since=week_since) == PayoutInputs(
+            Settings(), merchant(), None, None, None
+        )
+        assert tx.payouts.inputs("mer_9", None, day_since=day_since, week_since=week_since) == PayoutInputs(
+            Settings(), None, None, None, None
+        )
+    limits = PayoutLimits("mer_1", "XAF", None, per_day=10_000, per_week=None, review_threshold=5)
+    with store.transaction() as tx:
+        tx.limits.put(limits)
+    with store.read() as tx:
+        found = tx.payouts.inputs("mer_1", "XAF", day_since=day_since, week_since=week_since)
+        day_spent = tx.payouts.spent("mer_1", "XAF", day_since)
+        assert found == PayoutInputs(Settings(), merchant(), limits, day_spent, None)
+        assert found.spent_day == 100 + 200  # the rejected one does not count, the older ones are out
+    both = PayoutLimits("mer_1", "XAF", None, per_day=10_000, per_week=50_000, review_threshold=None)
+    with store.transaction() as tx:
+        tx.limits.put(both)
+    with store.read() as tx:
+        found = tx.payouts.inputs("mer_1", "XAF", day_since=day_since, week_since=week_since)
+        assert (found.spent_day, found.spent_week) == (300, 300 + 300)
+        assert found.spent_week == tx.payouts.spent("mer_1", "XAF", week_since)
+        assert tx.payouts.inputs("mer_1", "XOF", day_since=day_since, week_since=week_since).limits is None
+
+
+def test_a_keys_rate_windows_are_read_together(store: Store) -> None:
+    with store.transaction() as tx:
+        for width, start, hits in [(1000, 0, 2), (1000, 5000, 1), (60_000, 0, 7), (60_000, 60_000, 3)]:
+            tx.rates.add("key_1", width, start, hits)
+        tx.rates.add("key_2", 1000, 5000, 9)
+    with store.transaction() as tx:
+        spans = tx.rates.spans("key_1", [(1000, 1000), (60_000, 0)])
+        assert spans == [tx.rates.buckets("key_1", 1000, 1000), tx.rates.buckets("key_1", 60_000, 0)]
+        assert spans == [[(5000, 1)], [(0, 7), (60_000, 3)]]
