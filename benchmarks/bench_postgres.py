@@ -569,7 +569,7 @@ class Bench:
             return _median([v for v in values if v is not None])
 
         ordered = sorted(latencies)
-        proxied = {
+        proxied: dict[str, Any] = {
             "latency_ms_each_way": self.plan.latency_ms,
             "mean_delay_ms_measured": self.mean_delay_ms,  # what the chunks actually waited, one way
             "c1_payouts": len(latencies),
@@ -584,7 +584,7 @@ class Bench:
             "one_merchant_round_trips_per_payout": per_payout("one-merchant"),
             "own_merchants_round_trips_per_payout": per_payout("own-merchant"),
         }
-        direct = {
+        direct: dict[str, Any] = {
             "sqlite_full_c32_rps": rps("sqlite-full"),
             "pg_1_process_c32_rps": rps("pg-1"),
             "pg_2_processes_c32_rps": rps("pg-2"),
