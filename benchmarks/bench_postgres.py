@@ -395,8 +395,11 @@ def _ratio(a: float, b: float) -> float | None:
 
 
 class Bench:
-    def __init__(self, plan: Plan, postgres: PostgresSchemas, workdir: Path, logs: Path) -> None:
+    def __init__(
+        self, plan: Plan, postgres: PostgresSchemas, workdir: Path, logs: Path, *, worker: bool = True
+    ) -> None:
         self.plan = plan
+        self.worker = worker
         self.postgres = postgres
         self.workdir = workdir
         self.logs = logs
@@ -408,7 +411,7 @@ class Bench:
         self.mean_delay_ms: dict[str, float] = {}
 
     def launch(self, name: str, db: str, *, worker: bool = True) -> Server:
-        server = start_server(name, db, self.logs, worker=worker)
+        server = start_server(name, db, self.logs, worker=worker and self.worker)
         self.servers.append(server)
         return server
 
@@ -640,7 +643,7 @@ def table(results: dict[str, Any]) -> str:
         f"| 16 clients, ONE merchant: payouts/s | {_fmt(p['one_merchant_c16_rps'])} |",
         f"| 16 clients, OWN merchants: payouts/s | {_fmt(p['own_merchants_c16_rps'])} |",
         f"| own / one | {_fmt(p['own_to_one_ratio'], 2)} |",
-        f"| round trips per payout under load (one / own, worker included) | "
+        f"| round trips per payout under load (one / own; the worker's included when it runs) | "
         f"{_fmt(p['one_merchant_round_trips_per_payout'])} / "
         f"{_fmt(p['own_merchants_round_trips_per_payout'])} |",
         "",
@@ -691,6 +694,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--results", type=Path, default=DEFAULT_RESULTS, help="the JSON file to write")
     parser.add_argument("--workdir", type=Path, default=None, help="the SQLite file and the servers' logs")
+    parser.add_argument(
+        "--no-worker",
+        action="store_true",
+        help="start every server with --no-worker (default: the worker in each server, as serve runs it)",
+    )
     parser.add_argument("--generate", default=None, help=argparse.SUPPRESS)  # the load generator's process
     args = parser.parse_args(argv)
     if args.generate is not None:
@@ -730,7 +738,7 @@ def main(argv: list[str] | None = None) -> int:
     logs = workdir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     schemas = PostgresSchemas(url)
-    bench = Bench(plan, schemas, workdir, logs)
+    bench = Bench(plan, schemas, workdir, logs, worker=not args.no_worker)
     began = time.monotonic()
     meta = {
         "started": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -741,7 +749,9 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine(),
         "python": platform.python_version(),
         "postgres": version,
-        "server": "python -m paymentcore_server --db URL serve (the worker in the process, serve's "
+        "server": "python -m paymentcore_server --db URL serve --no-worker (every server)"
+        if args.no_worker
+        else "python -m paymentcore_server --db URL serve (the worker in the process, serve's "
         "default; the c=1 server of (i) with --no-worker)",
         "load_generator": "benchmarks/bench_postgres.py --generate (asyncio, keep-alive, closed loop)",
         "payout": f"{PAYOUT_AMOUNT} XAF, a unique Idempotency-Key each",
