@@ -1,4 +1,4 @@
-"""PostgreSQL with the network in (issue 26): ``python benchmarks/bench_postgres.py`` (about 2 minutes).
+"""PostgreSQL with the network in (issue 26): ``python benchmarks/bench_postgres.py`` (about 2.5 minutes).
 
 Real ``paymentcore serve`` processes (``python -m paymentcore_server --db URL serve``, the worker in the
 process as ``serve`` runs it by default) on scratch schemas of ``--postgres URL`` (default:
