@@ -31,7 +31,9 @@ PER_THREAD = 8  # 3 x 6 x 8 = 144 payouts asked for, 48 per merchant: 30 each ar
 Report = tuple[str, dict[str, list[str]], dict[str, int], str | None]
 
 
-def _hold(store: PostgresStore, merchant_id: str | None, inside: threading.Event, release: threading.Event) -> None:
+def _hold(
+    store: PostgresStore, merchant_id: str | None, inside: threading.Event, release: threading.Event
+) -> None:
     opened = store.transaction() if merchant_id is None else store.transaction_for(merchant_id)
     with opened as tx:
         tx.idempotency.purge(0)  # a first statement: the unit takes its locks
