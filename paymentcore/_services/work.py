@@ -445,7 +445,10 @@ class Pump:
     def _work(self, item: Due) -> None:
         started = time.monotonic()
         try:
-            self._runner.run_one(item.key, merchant_id=item.merchant)
+            if item.merchant is None:
+                self._runner.run_one(item.key)
+            else:
+                self._runner.run_one(item.key, merchant_id=item.merchant)
         except Exception:
             log.exception("%s: %s failed; it stays due", self.name, item.key)
         finally:

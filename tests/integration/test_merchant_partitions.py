@@ -147,11 +147,11 @@ def test_payouts_of_several_merchants_from_three_processes_with_the_worker_are_e
     url = postgres_url(tmp_path)
     core = _open(url)
     try:
-        merchants = []
+        merchants: list[str] = []
         for n in range(MERCHANTS):
-            merchant = core.operator.create_merchant(f"Shop {n}", settlement_currency="XAF")
-            fund(core, merchant.id, "XAF", FUNDED)
-            merchants.append(merchant.id)
+            shop = core.operator.create_merchant(f"Shop {n}", settlement_currency="XAF")
+            fund(core, shop.id, "XAF", FUNDED)
+            merchants.append(shop.id)
     finally:
         core.close()
     ctx = multiprocessing.get_context("spawn")

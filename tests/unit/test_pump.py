@@ -35,7 +35,7 @@ class CountingRunner(Runner[str, str]):
         pending = [Due(key, lane) for key, lane in self.items.items() if key not in finished]
         return pending[:limit]
 
-    def run_one(self, key: str, *, max_steps: int = 3) -> str | None:
+    def run_one(self, key: str, *, merchant_id: str | None = None, max_steps: int = 3) -> str | None:
         if self.items[key] == self.slow_lane:
             self.release.wait(DEADLINE)
         with self.lock:
@@ -99,7 +99,7 @@ class HangingLanes(Runner[str, str]):
             done = set(self.finished)
         return [Due(key, lane) for key, lane in self.items.items() if key not in done][:limit]
 
-    def run_one(self, key: str, *, max_steps: int = 3) -> str | None:
+    def run_one(self, key: str, *, merchant_id: str | None = None, max_steps: int = 3) -> str | None:
         with self.lock:
             self.started.setdefault(key, time.monotonic())
             self.running += 1
