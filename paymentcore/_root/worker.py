@@ -55,8 +55,8 @@ class Worker:
                 return
 
     def _purge(self) -> None:
-        """Drop expired idempotency records, dead workers' leases and old rate-limit buckets, once a
-        minute."""
+        """Drop expired idempotency records, dead workers' leases and old rate-limit buckets (and fold
+        a store's count moves in), once a minute."""
         now = self._deps.clock.now()
         if now < self._next_purge:
             return
@@ -64,6 +64,9 @@ class Worker:
             tx.idempotency.purge(now - self._deps.config.idempotency_retention_hours * 3_600_000)
             tx.leases.purge(now - LEASE_KEEP_MS)
         self._limiter.purge(now)  # rate-limit buckets past the longest window
+        fold = getattr(self._deps.store, "fold_counts", None)  # PostgreSQL's hourly counts' moves
+        if fold is not None:
+            fold()
         self._next_purge = now + PURGE_EVERY_MS
 
     def start(self, interval: float = 0.2) -> None:

@@ -19,6 +19,7 @@ from paymentcore.observe import Observer
 from paymentcore.ports import (
     Clock,
     Network,
+    PartitionedStore,
     References,
     Resolver,
     SecretBox,
@@ -66,9 +67,17 @@ class Deps:
             except Exception:  # an observer never breaks the work it watches
                 _log.exception("the observer failed")
 
+    @property
+    def partitioned(self) -> bool:
+        """Whether the store's writers of different merchants need not wait for each other
+        (``ports.PartitionedStore``)."""
+        return hasattr(self.store, "transaction_for")
+
     def _open(self, merchant_id: str | None) -> AbstractContextManager[Transaction]:
-        partitioned = getattr(self.store, "transaction_for", None) if merchant_id is not None else None
-        return partitioned(merchant_id) if partitioned is not None else self.store.transaction()
+        if merchant_id is not None and self.partitioned:
+            partitioned: PartitionedStore = self.store  # type: ignore[assignment]
+            return partitioned.transaction_for(merchant_id)
+        return self.store.transaction()
 
     def tell(self, note: Callable[[Observer], None]) -> None:
         """Inside :meth:`transaction`: call ``note(observer)`` once that transaction has committed."""

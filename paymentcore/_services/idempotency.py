@@ -2,8 +2,9 @@
 
 The key is looked up and its answer saved inside the same write transaction as the work it guards, so
 the work and the record of it commit together: a retry after a crash either finds the answer or finds
-nothing done. A concurrent request with the same key waits on the store's write lock, then finds the
-first one's answer. Records are kept ``Config.idempotency_retention_hours`` (48 h by default).
+nothing done. A concurrent request with the same key waits on the store's write lock (on PostgreSQL, its
+merchant's), then finds the first one's answer. Records are kept
+``Config.idempotency_retention_hours`` (48 h by default).
 
 Every idempotent call goes through :meth:`Idempotency.run` with its command
 (:mod:`paymentcore._domain.commands`), whose fingerprint tells a retry from another request.
@@ -85,7 +86,7 @@ class Idempotency:
         read view, a round trip more for every request, is skipped.
         """
         print_ = command.fingerprint()
-        if read_first and key is not None and not hasattr(deps.store, "transaction_for"):
+        if read_first and key is not None and not deps.partitioned:
             with deps.store.read() as view:
                 replay = self._replay(view, merchant_id, key, print_, deps.clock.now(), answer)
             if replay is not None:  # the original answer, whatever changed since

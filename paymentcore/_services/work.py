@@ -141,7 +141,7 @@ class Runner(Generic[ClaimT, OutcomeT]):
         for step in range(1, max_steps + 1):
             if claim is None:
                 return last
-            outcome = self._act(key, claim, lease)
+            outcome = self._act(key, claim, lease, merchant_id)
             if outcome is None:
                 return last  # the claim (and the lease row) runs out and the item is due again
             with self._write(merchant_id=merchant_id) as tx:
@@ -160,10 +160,10 @@ class Runner(Generic[ClaimT, OutcomeT]):
             tx.leases.take(self.kind, key, now + self._lease_ms)
         return claim, now + self._lease_ms
 
-    def _act(self, key: str, claim: ClaimT, lease: int) -> OutcomeT | None:
+    def _act(self, key: str, claim: ClaimT, lease: int, merchant_id: str | None = None) -> OutcomeT | None:
         """The task's action, with the claim's lease renewed (a heartbeat) for as long as it lasts, so
         that no other worker takes the item over while this one is still on it."""
-        hold = _Hold(lease=lease, since=time.monotonic())
+        hold = _Hold(lease=lease, since=time.monotonic(), merchant=merchant_id)
         with self._acting_lock:
             self._acting[key] = hold
             if self._renewer is None:
@@ -194,15 +194,20 @@ class Runner(Generic[ClaimT, OutcomeT]):
                     log.exception("%s: renewing leases failed", self.kind)
 
     def _renew(self, holds: dict[str, _Hold]) -> None:
-        """Extend the leases of ``holds`` by a whole lease from now, in one write transaction; an item
+        """Extend the leases of ``holds`` by a whole lease from now, in one write transaction per
+        merchant (a store partitioned by merchant then holds back no other merchant's writers); an item
         whose outcome was written meanwhile, or whose lease changed, is left alone (compare and set)."""
         renewed: dict[str, int] = {}
-        with self._write() as tx:
-            until = self._clock.now() + self._lease_ms
-            for key, hold in holds.items():
-                if self.task.renew(tx, key, hold.lease, until):
-                    tx.leases.take(self.kind, key, until)
-                    renewed[key] = until
+        merchants: dict[str | None, dict[str, _Hold]] = {}
+        for key, hold in holds.items():
+            merchants.setdefault(hold.merchant, {})[key] = hold
+        for merchant_id, theirs in merchants.items():
+            with self._write(merchant_id=merchant_id) as tx:
+                until = self._clock.now() + self._lease_ms
+                for key, hold in theirs.items():
+                    if self.task.renew(tx, key, hold.lease, until):
+                        tx.leases.take(self.kind, key, until)
+                        renewed[key] = until
         with self._acting_lock:
             for key, until in renewed.items():
                 hold = holds[key]
@@ -216,6 +221,7 @@ class _Hold:
 
     lease: int
     since: float
+    merchant: str | None = None
 
 
 class _Lane:
@@ -445,10 +451,7 @@ class Pump:
     def _work(self, item: Due) -> None:
         started = time.monotonic()
         try:
-            if item.merchant is None:
-                self._runner.run_one(item.key)
-            else:
-                self._runner.run_one(item.key, merchant_id=item.merchant)
+            self._runner.run_one(item.key, merchant_id=item.merchant)
         except Exception:
             log.exception("%s: %s failed; it stays due", self.name, item.key)
         finally:

@@ -51,7 +51,7 @@ __all__ = [
 ]
 
 #: Connections per process (psycopg_pool's max_size): enough for the API's threads and the worker's.
-DEFAULT_POOL_SIZE = 10
+DEFAULT_POOL_SIZE = 20
 
 
 # --- the schema: SQLite's migrations, in PostgreSQL's dialect ------------------------------------
@@ -116,7 +116,7 @@ def _translate(script: str) -> str:
     return "\n".join(s for s in statements if s)
 
 
-def _guard(name: str, table: str, what: str) -> str:
+def _guard(name: str, what: str) -> str:
     """A trigger function refusing every change of an append-only table (``what`` says which)."""
     return f"""
     CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -158,6 +158,35 @@ def _hourly_counts(table: str, currency: str, amount: str) -> str:
     )
 
 
+def _count_moves(table: str, currency: str, amount: str) -> str:
+    """Migration 10: the hourly counts of ``table`` change by rows appended to ``<hours>_moves`` (a
+    status move is a -1 and a +1), not by updates of the shared count rows, which every payout of a
+    currency and hour would otherwise queue for, whatever its merchant; :meth:`PostgresStore.fold_counts`
+    adds them into the counts, and a tally reads both."""
+    hours = f"{table[:-1]}_hours"
+    moves = f"{hours}_moves"
+    out = (
+        f"IF TG_OP = 'UPDATE' THEN INSERT INTO {moves} (hour, currency, status, count, amount)"
+        f" VALUES (OLD.created_at / 3600000, OLD.{currency}, OLD.status, -1, -OLD.{amount});"
+        " END IF;\n        "
+    )
+    into = (
+        f"INSERT INTO {moves} (hour, currency, status, count, amount)"
+        f" VALUES (NEW.created_at / 3600000, NEW.{currency}, NEW.status, 1, NEW.{amount});"
+    )
+    return f"""
+    CREATE TABLE {moves} (
+        hour BIGINT NOT NULL,
+        currency TEXT COLLATE "C" NOT NULL,
+        status TEXT COLLATE "C" NOT NULL,
+        count BIGINT NOT NULL,
+        amount BIGINT NOT NULL
+    );
+    CREATE INDEX {moves}_hour ON {moves} (hour);""" + _counter(f"{hours}_count", into, update=out).replace(
+        "CREATE FUNCTION", "CREATE OR REPLACE FUNCTION"
+    )
+
+
 _SPEND_INSERT = (
     "INSERT INTO payout_spend (merchant_id, currency, hour, amount)"
     " VALUES (NEW.merchant_id, NEW.currency, NEW.created_at / 3600000, NEW.amount)"
@@ -170,7 +199,7 @@ _SPEND_REJECTED = (
 
 #: what PostgreSQL adds to each translated migration: the triggers (as functions), its server key
 _OWN: dict[int, str] = {
-    1: _guard("ledger_append_only", "ledger_entries", "the ledger")
+    1: _guard("ledger_append_only", "the ledger")
     + """
     CREATE TRIGGER ledger_append_only_update BEFORE UPDATE OR DELETE ON ledger_entries
         FOR EACH ROW EXECUTE FUNCTION ledger_append_only();""",
@@ -187,7 +216,7 @@ _OWN: dict[int, str] = {
     # the key that encrypts webhook secrets, shared by every machine (unless given a key file)
     4: """
     CREATE TABLE server_key (id INTEGER PRIMARY KEY CHECK (id = 1), fernet_key TEXT COLLATE "C" NOT NULL);""",
-    6: _guard("audit_append_only", "audit_log", "the audit trail")
+    6: _guard("audit_append_only", "the audit trail")
     + f"""
     CREATE TRIGGER audit_append_only BEFORE UPDATE OR DELETE ON audit_log
         FOR EACH ROW EXECUTE FUNCTION audit_append_only();
@@ -206,6 +235,8 @@ _OWN: dict[int, str] = {
     ALTER TABLE ledger_entries ENABLE ALWAYS TRIGGER ledger_append_only_truncate;
     ALTER TABLE audit_log ENABLE ALWAYS TRIGGER audit_append_only;
     ALTER TABLE audit_log ENABLE ALWAYS TRIGGER audit_append_only_truncate;""",
+    10: _count_moves("payouts", "currency", "amount")
+    + _count_moves("collections", "requested_currency", "requested_amount"),
 }
 
 #: the same numbered migrations as SQLite's, in PostgreSQL's dialect
@@ -254,7 +285,13 @@ class _PostgresRows(Rows):
         self._held: set[tuple[str, str]] = set()
 
     def execute(self, sql: str, params: Any = (), *, lock: bool = True) -> Any:
-        if lock and self.writable and ("", "") not in self._held:
+        if lock:
+            self._lock()
+        return self.conn.execute(sql, params)  # never None: the dialect wrote "%%" for "%"
+
+    def _lock(self) -> None:
+        """The unit's write lock, before its first statement that needs it (a read view takes none)."""
+        if self.writable and ("", "") not in self._held:
             if self.partition is None:  # the whole store: every other writer waits
                 self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._write_lock,))
             else:  # one merchant's partition: only its writers (and whole-store writers) wait
@@ -263,7 +300,6 @@ class _PostgresRows(Rows):
                     (self._write_lock, self._partitions, _lock_half("merchant", self.partition)),
                 )
             self._held.add(("", ""))
-        return self.conn.execute(sql, params or None)
 
     def changed(self, cursor: Any) -> int:
         if cursor.rowcount < 0 and self._pipeline is not None:  # its result is still on its way
@@ -272,7 +308,7 @@ class _PostgresRows(Rows):
 
     def execute_many(self, sql: str, rows: list[list[Any]]) -> None:
         """Every row in one round of statements (psycopg sends them in a pipeline)."""
-        self.execute("SELECT 1")  # the write lock first
+        self._lock()
         with self.conn.cursor() as cursor:
             cursor.executemany(sql, rows)
 
@@ -287,27 +323,10 @@ class _PostgresRows(Rows):
 class PostgresTransaction(SqlTransaction):
     """One unit of work on one pooled connection: the repositories of ``ports.UnitOfWork``."""
 
-    def __init__(
-        self,
-        conn: psycopg.Connection[Any],
-        *,
-        writable: bool,
-        write_lock: int,
-        rate_namespace: int,
-        partition: str | None = None,
-        partitions: int = 0,
-        pipeline: psycopg.Pipeline | None = None,
-    ) -> None:
-        rows = _PostgresRows(
-            conn,
-            writable=writable,
-            write_lock=write_lock,
-            rate_namespace=rate_namespace,
-            partition=partition,
-            partitions=partitions,
-            pipeline=pipeline,
-        )
-        super().__init__(rows)
+    def __init__(self, conn: psycopg.Connection[Any], **rows: Any) -> None:
+        """``rows``: how its statements run (``writable``, the lock keys, the partition, the pipeline:
+        the keyword arguments of ``_PostgresRows``)."""
+        super().__init__(_PostgresRows(conn, **rows))
 
 
 class PostgresStore:
@@ -416,6 +435,8 @@ class PostgresStore:
                     partitions=self._partitions,
                     pipeline=pipeline,
                 )
+                conn.execute("COMMIT" if writable else "ROLLBACK")
+                pipeline.sync()  # an error of a statement nobody read (an INSERT, the COMMIT) shows here
             except BaseException:
                 if not conn.closed:
                     with suppress(psycopg.Error):  # what was sent, and the error it met, if any
@@ -424,13 +445,32 @@ class PostgresStore:
                         conn.execute("ROLLBACK")
                         pipeline.sync()
                 raise
-            conn.execute("COMMIT" if writable else "ROLLBACK")
 
     @contextmanager
     def transaction(self) -> Iterator[PostgresTransaction]:
         """A write transaction, durable once the block has exited without an exception (COMMIT)."""
         with self._unit("BEGIN ISOLATION LEVEL READ COMMITTED", writable=True) as tx:
             yield tx
+
+    def fold_counts(self) -> int:
+        """Add the hourly counts' moves (migration 10) into the counts; how many moves went. Run by the
+        worker's housekeeping once a minute: it locks only the count rows it adds to, which no writer
+        touches any more, and moves committed meanwhile wait for the next fold."""
+        folded = 0
+        with self._pool.connection() as conn, conn.transaction():
+            for hours in ("payout_hours", "collection_hours"):
+                row = conn.execute(
+                    f"WITH moved AS (DELETE FROM {hours}_moves"
+                    " RETURNING hour, currency, status, count, amount),"
+                    f" added AS (INSERT INTO {hours} (hour, currency, status, count, amount)"
+                    " SELECT hour, currency, status, sum(count), sum(amount) FROM moved GROUP BY 1, 2, 3"
+                    " ON CONFLICT (hour, currency, status)"
+                    f" DO UPDATE SET count = {hours}.count + excluded.count,"
+                    f" amount = {hours}.amount + excluded.amount RETURNING 1)"
+                    " SELECT (SELECT count(*) FROM moved)"
+                ).fetchone()
+                folded += int(row[0]) if row is not None else 0
+        return folded
 
     @contextmanager
     def transaction_for(self, merchant_id: str) -> Iterator[PostgresTransaction]:

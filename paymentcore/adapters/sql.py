@@ -98,6 +98,13 @@ class Dialect:
     def flag(self, column: str, value: bool) -> str:
         return (self.true if value else self.false).format(column)
 
+    def hours(self, table: str) -> str:
+        """Where an hourly count table's rows are read (PostgreSQL: with the moves not yet folded in)."""
+        if self.name != "postgresql":
+            return table
+        moves = "SELECT hour, currency, status, count, amount FROM"
+        return f"({moves} {table} UNION ALL {moves} {table}_moves) AS {table}"
+
     def indexed_by(self, index: str) -> str:
         return f" INDEXED BY {index}" if self.hints else ""
 
@@ -470,7 +477,8 @@ def _tally(
         first, end = plan
         found += rows.run(
             "SELECT (hour * 3600000 - :since) / :width, currency, status, sum(count), sum(amount)"
-            f" FROM {table[:-1]}_hours WHERE hour >= :first AND hour < :end GROUP BY 1, 2, 3",
+            f" FROM {rows.dialect.hours(table[:-1] + '_hours')} WHERE hour >= :first AND hour < :end"
+            " GROUP BY 1, 2, 3",
             {"since": since, "width": width, "first": first, "end": end},
         ).fetchall()
         spans = [(since, first * HOUR_MS), (end * HOUR_MS, until)]
@@ -634,6 +642,10 @@ class _Collections(_Repository):
         return self._rows.count(f"SELECT count(*) FROM ({_DUE_COLLECTIONS}) AS due", {"now": now})
 
     def prompts_since(self, phone: str, since: int) -> int:
+        # the count spans merchants: a writer holds the number's own lock until it commits, so two
+        # merchants prompting one number at once take turns (PostgreSQL; one writer elsewhere)
+        if self._rows.writable:
+            self._rows.hold_key("prompt", phone)
         return self._rows.count(
             "SELECT count(*) FROM collections WHERE phone = ? AND submitted_at >= ?", (phone, since)
         )

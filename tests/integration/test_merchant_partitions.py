@@ -12,6 +12,8 @@ from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier as ProcessBarrier
 from pathlib import Path
 
+from test_store_contract import NOW, payout  # type: ignore[import-not-found, unused-ignore]
+
 from paymentcore import Config, InsufficientBalanceError, PaymentCore
 from paymentcore._services.ledger import check_invariant
 from paymentcore.adapters.postgres import PostgresStore
@@ -87,6 +89,46 @@ def test_a_whole_store_writer_holds_back_every_merchant(tmp_path: Path) -> None:
         assert done.wait(WAIT)
         for thread in (holder, writer):
             thread.join(WAIT)
+    finally:
+        store.close()
+
+
+def test_payouts_of_two_merchants_in_one_currency_and_hour_do_not_wait_for_each_other(tmp_path: Path) -> None:
+    """The hourly counts the overview reads are shared by every merchant: a payout adds a row of its own
+    to them (folded in later), so a merchant's payout never waits for another's count row."""
+    store = PostgresStore(postgres_url(tmp_path), pool_size=4)
+    try:
+        inside, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with store.transaction_for("mer_a") as tx:
+                tx.payouts.add(payout("PO-A", merchant_id="mer_a"))
+                inside.set()
+                release.wait(WAIT)
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        assert inside.wait(WAIT)
+        done = threading.Event()
+
+        def other() -> None:
+            with store.transaction_for("mer_b") as tx:
+                tx.payouts.add(payout("PO-B", merchant_id="mer_b"))
+            done.set()
+
+        writer = threading.Thread(target=other)
+        writer.start()
+        assert done.wait(WAIT), "mer_b's payout waited for mer_a's (a shared count row?)"
+        release.set()
+        for thread in (holder, writer):
+            thread.join(WAIT)
+        with store.read() as tx:
+            before = tx.payouts.tally(NOW - NOW % 3_600_000, NOW + 3_600_000, 3_600_000)
+        assert store.fold_counts() == 2  # each payout's +1, now in the counts
+        with store.read() as tx:
+            assert tx.payouts.tally(NOW - NOW % 3_600_000, NOW + 3_600_000, 3_600_000) == before
+            assert sum(t.count for t in before) == 2
+        assert store.fold_counts() == 0
     finally:
         store.close()
 
