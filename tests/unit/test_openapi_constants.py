@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from paymentcore import Config, PayoutItem, _remote, client, config, limits, references, signing
+from paymentcore import Config, PayoutItem, _remote, config, limits, references, signing
 from paymentcore._domain import pages
 from paymentcore._services import disburse, idempotency, urlsafety
 from paymentcore.adapters.clock import RandomReferences
@@ -218,7 +218,6 @@ def test_the_idempotency_header_is_one_name() -> None:
     assert limits.IDEMPOTENCY_HEADER == "Idempotency-Key"
     assert _headers.IDEMPOTENCY_HEADER is limits.IDEMPOTENCY_HEADER
     assert _remote.IDEMPOTENCY_HEADER is limits.IDEMPOTENCY_HEADER
-    assert client.IDEMPOTENCY_HEADER is limits.IDEMPOTENCY_HEADER
     assert _remote.DEFAULT_LIMIT == limits.DEFAULT_PAGE_LIMIT
 
 
