@@ -38,7 +38,9 @@ from paymentcore._domain.errors import (
     ServerError,
 )
 from paymentcore._domain.events import CURRENT_NAMES
+from paymentcore._domain.limits import IDEMPOTENCY_HEADER
 from paymentcore._domain.models import BatchMode, CollectionKind, CollectionStatus, PayoutStatus
+from paymentcore._domain.pages import DEFAULT_LIMIT as DEFAULT_LIMIT  # the client's page size: the server's
 from paymentcore._domain.records import (
     BatchItem,
     BatchPayout,
@@ -77,9 +79,7 @@ __all__ = [
     "retry_after_seconds",
 ]
 
-IDEMPOTENCY_HEADER = "Idempotency-Key"
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
-DEFAULT_LIMIT = 20
 _RNG = random.Random()  # the jitter of retries (not a secret)
 
 T = TypeVar("T")

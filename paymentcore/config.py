@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import attrs
 
+from paymentcore._domain.limits import DEFAULT_AUTO_DISABLE_AFTER, DEFAULT_WEBHOOK_TIMEOUT_SECONDS
+
 __all__ = [
+    "DEFAULT_AUTO_DISABLE_AFTER",
     "DEFAULT_WEBHOOK_RETRY_DELAYS",
+    "DEFAULT_WEBHOOK_TIMEOUT_SECONDS",
     "Config",
 ]
 
@@ -24,9 +28,9 @@ class Config:
     sandbox_hang_seconds: float = 30.0  # ... this long, then fail as unanswered
     webhook_retry_delays: tuple[int, ...] = DEFAULT_WEBHOOK_RETRY_DELAYS
     webhook_jitter: float = 0.1  # each retry delay is stretched by up to this fraction
-    webhook_timeout: float = 10.0
+    webhook_timeout: float = DEFAULT_WEBHOOK_TIMEOUT_SECONDS  # an unanswered attempt fails after this
     allow_private_webhooks: bool = False
-    auto_disable_after: int = 10  # consecutive failed events
+    auto_disable_after: int = DEFAULT_AUTO_DISABLE_AFTER  # consecutive failed events
     prompt_limit: int = 3  # prompts one number may receive ...
     prompt_window_seconds: int = 300  # ... within this many seconds (RECIPIENT_BUSY beyond)
     prompt_timeout_seconds: int = 300  # a prompt unanswered this long fails with TIMEOUT

@@ -1,7 +1,10 @@
 """The names of the HTTP headers the server reads and writes, each written once: the server's code and
-its OpenAPI document (``paymentcore_server.openapi``) both use these."""
+its OpenAPI document (``paymentcore_server.openapi``) both use these. The idempotency key's header is the
+library's (``paymentcore.limits``), which its HTTP client sends too."""
 
 from __future__ import annotations
+
+from paymentcore.limits import IDEMPOTENCY_HEADER
 
 __all__ = [
     "IDEMPOTENCY_HEADER",
@@ -13,7 +16,6 @@ __all__ = [
     "RETRY_AFTER_HEADER",
 ]
 
-IDEMPOTENCY_HEADER = "Idempotency-Key"
 REQUEST_ID_HEADER = "X-Request-Id"
 RETRY_AFTER_HEADER = "Retry-After"
 RATE_LIMIT_LIMIT = "X-RateLimit-Limit"

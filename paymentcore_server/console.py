@@ -58,6 +58,7 @@ from paymentcore import (
     UnauthorizedError,
     from_ms,
 )
+from paymentcore.references import PAYOUT_REFERENCE_PREFIX
 from paymentcore_server import _console_overview as overview
 from paymentcore_server._console_html import (
     HEADERS,
@@ -1519,7 +1520,7 @@ class Console:
     def _record_link(self, entry: AuditEntry) -> str:
         record = entry.record
         link: str | None = None
-        if record.startswith("PO-"):
+        if record.startswith(PAYOUT_REFERENCE_PREFIX):
             link = f"{PREFIX}/payouts/{quote(record)}"
         elif record.startswith("mer_"):
             link = f"{PREFIX}/merchants/{quote(record)}"

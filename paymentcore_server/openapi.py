@@ -28,13 +28,27 @@ import re
 from typing import Any
 
 from paymentcore import errors, events, signing
+from paymentcore.config import DEFAULT_AUTO_DISABLE_AFTER, DEFAULT_WEBHOOK_TIMEOUT_SECONDS
 from paymentcore.events import EventType
 from paymentcore.limits import (
+    DEFAULT_CHECKOUT_MINUTES,
     DEFAULT_PAGE_LIMIT,
     MAX_BATCH_ITEMS,
+    MAX_CHECKOUT_MINUTES,
+    MAX_DESCRIPTION_LENGTH,
     MAX_IDEMPOTENCY_KEY_LENGTH,
+    MAX_MERCHANT_REFERENCE_LENGTH,
     MAX_PAGE_LIMIT,
+    MAX_PHONE_LENGTH,
+    MAX_RECIPIENT_NAME_LENGTH,
     MAX_URL_LENGTH,
+    MIN_CHECKOUT_MINUTES,
+)
+from paymentcore.references import (
+    BATCH_ID_PREFIX,
+    COLLECTION_REFERENCE_PREFIX,
+    EVENT_ID_PREFIX,
+    PAYOUT_REFERENCE_PREFIX,
 )
 from paymentcore.signing import (
     EVENT_HEADER,
@@ -105,10 +119,20 @@ MOBILE_400 = (
 ALL_CODES = errors.ALL_CODES  # the error tree is the one list of codes
 
 TIMESTAMP_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$"
-COLLECTION_REFERENCE_PATTERN = r"^REQ-\d+-[A-Za-z0-9]+$"
-PAYOUT_REFERENCE_PATTERN = r"^PO-\d+-[A-Za-z0-9]+$"
-EVENT_ID_PATTERN = r"^evt_[A-Za-z0-9]+$"
-BATCH_ID_PATTERN = r"^bat_[A-Za-z0-9]+$"
+
+
+def prefixed_pattern(prefix: str, rest: str) -> str:
+    """The pattern of a reference or id: ``prefix`` matched literally (escaped only where the syntax
+    needs it, so the pattern stays plain: ``-`` and ``_`` are literal outside a class), then ``rest``."""
+    literal = "".join(c if c.isalnum() or c in "-_" else re.escape(c) for c in prefix)
+    return f"^{literal}{rest}$"
+
+
+# a reference: the prefix, the time in milliseconds, then the random part; an id: the prefix, the random part
+COLLECTION_REFERENCE_PATTERN = prefixed_pattern(COLLECTION_REFERENCE_PREFIX, r"\d+-[A-Za-z0-9]+")
+PAYOUT_REFERENCE_PATTERN = prefixed_pattern(PAYOUT_REFERENCE_PREFIX, r"\d+-[A-Za-z0-9]+")
+EVENT_ID_PATTERN = prefixed_pattern(EVENT_ID_PREFIX, "[A-Za-z0-9]+")
+BATCH_ID_PATTERN = prefixed_pattern(BATCH_ID_PREFIX, "[A-Za-z0-9]+")
 
 _EXTENSION = "**Extension.** "  # how an extension's description starts
 
@@ -431,16 +455,26 @@ def _enums() -> dict[str, Any]:
 
 def _request_schemas() -> dict[str, Any]:
     merchant_reference_in = _nullable(
-        _string(maxLength=120, description="The merchant's own identifier, echoed back as merchantReference.")
+        _string(
+            maxLength=MAX_MERCHANT_REFERENCE_LENGTH,
+            description="The merchant's own identifier, echoed back as merchantReference.",
+        )
     )
     reference_alias = _nullable(
         _string(
-            maxLength=120,
+            maxLength=MAX_MERCHANT_REFERENCE_LENGTH,
             deprecated=True,
             description="Alias of merchantReference, read only when merchantReference is not given.",
         )
     )
-    expires_in_minutes = _nullable({"type": "integer", "minimum": 1, "maximum": 10080, "default": 60})
+    expires_in_minutes = _nullable(
+        {
+            "type": "integer",
+            "minimum": MIN_CHECKOUT_MINUTES,
+            "maximum": MAX_CHECKOUT_MINUTES,
+            "default": DEFAULT_CHECKOUT_MINUTES,
+        }
+    )
     return {
         "Amount": {
             "type": "number",
@@ -464,7 +498,9 @@ def _request_schemas() -> dict[str, Any]:
                 ),
                 "merchantReference": merchant_reference_in,
                 "reference": reference_alias,
-                "description": _nullable(_string(maxLength=200, description="Shown to the payer.")),
+                "description": _nullable(
+                    _string(maxLength=MAX_DESCRIPTION_LENGTH, description="Shown to the payer.")
+                ),
             },
             required=["amount", "currency", "country", "provider", "phone"],
         ),
@@ -472,7 +508,9 @@ def _request_schemas() -> dict[str, Any]:
             {
                 "amount": _schema("Amount"),
                 "currency": _string(minLength=1, description="Any active currency code.", examples=["XAF"]),
-                "description": _nullable(_string(maxLength=200, description="Shown to the payer.")),
+                "description": _nullable(
+                    _string(maxLength=MAX_DESCRIPTION_LENGTH, description="Shown to the payer.")
+                ),
                 "merchantReference": merchant_reference_in,
                 "reference": reference_alias,
                 "expiresInMinutes": expires_in_minutes,
@@ -483,10 +521,11 @@ def _request_schemas() -> dict[str, Any]:
             {
                 "amount": _schema("Amount"),
                 "currency": _string(minLength=1, examples=["XAF"]),
-                "description": _nullable(_string(maxLength=200)),
+                "description": _nullable(_string(maxLength=MAX_DESCRIPTION_LENGTH)),
                 "reference": _nullable(
                     _string(
-                        maxLength=120, description="The merchant's identifier, echoed as merchantReference."
+                        maxLength=MAX_MERCHANT_REFERENCE_LENGTH,
+                        description="The merchant's identifier, echoed as merchantReference.",
                     )
                 ),
                 "expiresInMinutes": expires_in_minutes,
@@ -500,9 +539,12 @@ def _request_schemas() -> dict[str, Any]:
                     minLength=1, description="A currency held in a balance.", examples=["XAF"]
                 ),
                 "phone": _string(
-                    minLength=1, maxLength=32, description="The local number.", examples=["670000000"]
+                    minLength=1,
+                    maxLength=MAX_PHONE_LENGTH,
+                    description="The local number.",
+                    examples=["670000000"],
                 ),
-                "recipientName": _nullable(_string(maxLength=120)),
+                "recipientName": _nullable(_string(maxLength=MAX_RECIPIENT_NAME_LENGTH)),
                 "provider": _nullable(
                     _string(description="Network code; detected from the number when not given.")
                 ),
@@ -742,7 +784,10 @@ def _list_schemas() -> dict[str, Any]:
     event_summary: dict[str, Any] = {
         "id": _string(pattern=EVENT_ID_PATTERN, description="The event's id: the webhook body's eventId."),
         "type": _schema("EventType"),
-        "reference": _string(description="The collection (REQ-...) or payout (PO-...) the event is about."),
+        "reference": _string(
+            description=f"The collection ({COLLECTION_REFERENCE_PREFIX}...) or payout "
+            f"({PAYOUT_REFERENCE_PREFIX}...) the event is about."
+        ),
         "createdAt": _timestamp("When the event was written (with the state change it reports)."),
         "deliveryStatus": _schema("DeliveryStatus"),
         "attempts": {"type": "integer", "minimum": 0, "description": "Delivery attempts made so far."},
@@ -762,7 +807,10 @@ def _list_schemas() -> dict[str, Any]:
                     description="The kind of movement, e.g. a collection credited, a payout reserved, "
                     "paid out or released."
                 ),
-                "reference": _string(description="The collection (REQ-...) or payout (PO-...) behind it."),
+                "reference": _string(
+                    description=f"The collection ({COLLECTION_REFERENCE_PREFIX}...) or payout "
+                    f"({PAYOUT_REFERENCE_PREFIX}...) behind it."
+                ),
                 "amount": _money("Signed: positive adds to the merchant's money, negative takes from it."),
                 "available": _money("The available balance right after this entry."),
                 "reserved": _money("The reserved balance right after this entry."),
@@ -860,7 +908,8 @@ def _batch_schemas() -> dict[str, Any]:
                 "merchantReference": _string(
                     minLength=1,
                     description="Required, and unique within the batch: how the item's outcome is found "
-                    "(more than 120 characters refuses the item, as a single payout's would be). The alias "
+                    f"(more than {MAX_MERCHANT_REFERENCE_LENGTH} characters refuses the item, as a single "
+                    "payout's would be). The alias "
                     "`reference` of a single payout is not read here.",
                 ),
             },
@@ -1141,10 +1190,12 @@ def _parameter_components() -> dict[str, Any]:
             "twice. The same key with another body answers 409.",
             "schema": _string(minLength=1, maxLength=MAX_IDEMPOTENCY_KEY_LENGTH),
         },
-        "CollectionReference": path("reference", "A collection reference (REQ-...)."),
-        "PayoutReference": path("reference", "A payout reference (PO-...)."),
+        "CollectionReference": path(
+            "reference", f"A collection reference ({COLLECTION_REFERENCE_PREFIX}...)."
+        ),
+        "PayoutReference": path("reference", f"A payout reference ({PAYOUT_REFERENCE_PREFIX}...)."),
         "Currency": path("currency", "A currency that can be paid out, e.g. XAF."),
-        "EventId": path("id", "An event id (evt_...), as in the webhook body's eventId."),
+        "EventId": path("id", f"An event id ({EVENT_ID_PREFIX}...), as in the webhook body's eventId."),
         "Limit": _query(
             "limit",
             f"How many items a page holds: 1 to {MAX_PAGE_LIMIT}, {DEFAULT_PAGE_LIMIT} when not given.",
@@ -1164,12 +1215,12 @@ def _parameter_components() -> dict[str, Any]:
         "BatchFilter": {
             **_query(
                 "batch",
-                "**Extension.** Only the payouts of this bulk request (its id, `bat_...`).",
+                f"**Extension.** Only the payouts of this bulk request (its id, `{BATCH_ID_PREFIX}...`).",
                 _string(),
             ),
             "x-extension": True,
         },
-        "BatchId": path("id", "A bulk payout request's id (bat_...)."),
+        "BatchId": path("id", f"A bulk payout request's id ({BATCH_ID_PREFIX}...)."),
         "BatchItemsStartingAfter": _query(
             "startingAfter",
             "Start the page of items after this one: the `index` of the previous page's last item. One "
@@ -1212,9 +1263,9 @@ def _parameter_components() -> dict[str, Any]:
             "name": EVENT_ID_HEADER,
             "in": "header",
             "required": True,
-            "description": "**Extension.** The event's stable id (`evt_...`): the same on every retry and "
-            "redelivery of the event, and equal to the body's eventId. Not covered by the signature: "
-            "de-duplicate on the signed body's eventId, or check that the two agree.",
+            "description": f"**Extension.** The event's stable id (`{EVENT_ID_PREFIX}...`): the same on "
+            "every retry and redelivery of the event, and equal to the body's eventId. Not covered by the "
+            "signature: de-duplicate on the signed body's eventId, or check that the two agree.",
             "schema": _string(pattern=EVENT_ID_PATTERN),
             "x-extension": True,
         },
@@ -1797,7 +1848,7 @@ def _page_paths() -> dict[str, Any]:
         "name": "reference",
         "in": "path",
         "required": True,
-        "description": "The payment's reference (REQ-...).",
+        "description": f"The payment's reference ({COLLECTION_REFERENCE_PREFIX}...).",
         "schema": _string(minLength=1),
     }
 
@@ -1932,8 +1983,8 @@ def _event_example(current: str, delivered: str) -> dict[str, Any]:
         return {
             "event": delivered,
             "data": {
-                "reference": "bat_5d0c2b7f1e9a4c3b8d6e0f12",
-                "id": "bat_5d0c2b7f1e9a4c3b8d6e0f12",
+                "reference": f"{BATCH_ID_PREFIX}5d0c2b7f1e9a4c3b8d6e0f12",
+                "id": f"{BATCH_ID_PREFIX}5d0c2b7f1e9a4c3b8d6e0f12",
                 "mode": "each",
                 "status": "COMPLETED",
                 "createdAt": "2026-11-23T17:07:11.374Z",
@@ -1944,12 +1995,12 @@ def _event_example(current: str, delivered: str) -> dict[str, Any]:
                 "totals": [{"currency": "XAF", "count": 3, "amount": 5500}],
                 "progress": progress,
             },
-            "eventId": "evt_0b9e8c6d4a2f1e3c5b7d9a1f",
+            "eventId": f"{EVENT_ID_PREFIX}0b9e8c6d4a2f1e3c5b7d9a1f",
         }
     if current in COLLECTION_EVENTS:
         paid = current == EventType.COLLECT_SUCCEEDED
         return {
-            "invoiceReference": "REQ-1795453631291-XF9AGKWJZP",
+            "invoiceReference": f"{COLLECTION_REFERENCE_PREFIX}1795453631291-XF9AGKWJZP",
             "status": "SUCCESS" if paid else "FAILED",
             "amount": 10000,
             "currency": "XAF",
@@ -1961,7 +2012,7 @@ def _event_example(current: str, delivered: str) -> dict[str, Any]:
             "providerCode": "orange_cm",
             "failureReason": None if paid else "The payer declined the payment.",
             "timestamp": "2026-11-23T17:07:11.374Z",
-            "eventId": "evt_da7a03cac7c32a4c575b8a4e",
+            "eventId": f"{EVENT_ID_PREFIX}da7a03cac7c32a4c575b8a4e",
         }
     status = {
         EventType.DISBURSE_SENT: "SENT",
@@ -1971,7 +2022,7 @@ def _event_example(current: str, delivered: str) -> dict[str, Any]:
     return {
         "event": delivered,
         "data": {
-            "reference": "PO-1795453636671-9MCPC3R79S",
+            "reference": f"{PAYOUT_REFERENCE_PREFIX}1795453636671-9MCPC3R79S",
             "status": status,
             "amount": 2500,
             "currency": "XAF",
@@ -1981,7 +2032,7 @@ def _event_example(current: str, delivered: str) -> dict[str, Any]:
             "providerReference": None if status == "FAILED" else "SBX7AC807D16576DD1B",
             "statusReason": "The network refused the payout." if status == "FAILED" else None,
         },
-        "eventId": "evt_e8fb83646c033659f00bb572",
+        "eventId": f"{EVENT_ID_PREFIX}e8fb83646c033659f00bb572",
     }
 
 
@@ -2037,10 +2088,10 @@ def _webhook(current: str, delivered: str) -> dict[str, Any]:
         "responses": {
             "2XX": {"description": "Delivered. Answer quickly; do slow work afterwards."},
             "default": {
-                "description": "Any other status (a redirect too), no answer within 10 s or a failed "
-                "connection is a failed attempt: it is retried with backoff, signed afresh, with the same "
-                f"eventId and {EVENT_ID_HEADER}. After 10 consecutive failed events the endpoint is "
-                "disabled."
+                "description": "Any other status (a redirect too), no answer within "
+                f"{DEFAULT_WEBHOOK_TIMEOUT_SECONDS:g} s or a failed connection is a failed attempt: it is "
+                f"retried with backoff, signed afresh, with the same eventId and {EVENT_ID_HEADER}. After "
+                f"{DEFAULT_AUTO_DISABLE_AFTER} consecutive failed events the endpoint is disabled."
             },
         },
         "security": [],

@@ -34,6 +34,13 @@ from paymentcore._domain.errors import (
 )
 from paymentcore._domain.event_types import EventType
 from paymentcore._domain.fields import optional_text, optional_whole, required_value
+from paymentcore._domain.limits import (
+    DEFAULT_CHECKOUT_MINUTES,
+    MAX_CHECKOUT_MINUTES,
+    MAX_DESCRIPTION_LENGTH,
+    MAX_MERCHANT_REFERENCE_LENGTH,
+    MIN_CHECKOUT_MINUTES,
+)
 from paymentcore._domain.models import CollectionKind, CollectionStatus, Merchant
 from paymentcore._domain.money import apply_rate, fee_for, parse_amount
 from paymentcore._domain.pages import (
@@ -147,8 +154,10 @@ class Collect:
         local_phone, network = cat.resolve_mobile(
             country=where, phone=required_value(phone, "phone"), provider=network
         )
-        merchant_reference = optional_text(merchant_reference, "merchant_reference", max_length=120)
-        description = optional_text(description, "description", max_length=200)
+        merchant_reference = optional_text(
+            merchant_reference, "merchant_reference", max_length=MAX_MERCHANT_REFERENCE_LENGTH
+        )
+        description = optional_text(description, "description", max_length=MAX_DESCRIPTION_LENGTH)
 
         def body(tx: Transaction, now: int) -> Collection:
             merchant = self._transacting_merchant(tx, merchant_id)
@@ -192,7 +201,8 @@ class Collect:
     ) -> Collection:
         """A hosted checkout: a payment and the link (``checkout_url``) where the payer chooses how to pay.
 
-        The link works for ``expires_in_minutes`` (1 to 10080, default 60).
+        The link works for ``expires_in_minutes`` (1 to 10080, default 60: the
+        ``*_CHECKOUT_MINUTES`` of ``paymentcore.limits``).
         """
         return self._checkout(
             merchant_id,
@@ -253,9 +263,17 @@ class Collect:
         )
         cur = deps.catalogue.currency(required_value(currency, "currency"))
         minor = parse_amount(required_value(amount, "amount"), cur)
-        description = optional_text(description, "description", max_length=200)
-        merchant_reference = optional_text(merchant_reference, reference_param, max_length=120)
-        minutes = optional_whole(expires_in_minutes, "expires_in_minutes", default=60, low=1, high=10080)
+        description = optional_text(description, "description", max_length=MAX_DESCRIPTION_LENGTH)
+        merchant_reference = optional_text(
+            merchant_reference, reference_param, max_length=MAX_MERCHANT_REFERENCE_LENGTH
+        )
+        minutes = optional_whole(
+            expires_in_minutes,
+            "expires_in_minutes",
+            default=DEFAULT_CHECKOUT_MINUTES,
+            low=MIN_CHECKOUT_MINUTES,
+            high=MAX_CHECKOUT_MINUTES,
+        )
 
         def body(tx: Transaction, now: int) -> Collection:
             merchant = self._transacting_merchant(tx, merchant_id)
@@ -321,7 +339,9 @@ class Collect:
         limit = check_limit(limit)
         after = check_cursor(starting_after)
         wanted = check_member(status, CollectionStatus, "status")
-        reference = check_text(merchant_reference, "merchant_reference", max_length=120)
+        reference = check_text(
+            merchant_reference, "merchant_reference", max_length=MAX_MERCHANT_REFERENCE_LENGTH
+        )
         with self._deps.store.read() as tx:
             merchant = require_merchant(tx, merchant_id)
             rows = tx.collections.page(

@@ -38,6 +38,11 @@ from paymentcore._domain.errors import (
 )
 from paymentcore._domain.event_types import EventType
 from paymentcore._domain.fields import optional_text, required_text, required_value
+from paymentcore._domain.limits import (
+    MAX_MERCHANT_REFERENCE_LENGTH,
+    MAX_PHONE_LENGTH,
+    MAX_RECIPIENT_NAME_LENGTH,
+)
 from paymentcore._domain.models import BatchMode, BatchTally, Merchant, PayoutStatus, Settings
 from paymentcore._domain.money import parse_amount, to_decimal
 from paymentcore._domain.pages import (
@@ -81,6 +86,7 @@ from paymentcore._domain.records import (
     load_batch,
     payout_from,
 )
+from paymentcore._domain.references import BATCH_ID_KIND
 from paymentcore._services import audit as audit
 from paymentcore._services import ledger as ledger
 from paymentcore._services.audit import DEFAULT_ACTOR
@@ -218,9 +224,13 @@ class Disburse:
         cat = self._deps.catalogue
         cur = cat.currency(required_value(asked.currency, "currency"), settleable=True)
         minor = parse_amount(required_value(asked.amount, "amount"), cur)
-        raw_phone = required_text(asked.phone, "phone", max_length=32)
-        recipient_name = optional_text(asked.recipient_name, "recipient_name", max_length=120)
-        merchant_reference = optional_text(asked.merchant_reference, "merchant_reference", max_length=120)
+        raw_phone = required_text(asked.phone, "phone", max_length=MAX_PHONE_LENGTH)
+        recipient_name = optional_text(
+            asked.recipient_name, "recipient_name", max_length=MAX_RECIPIENT_NAME_LENGTH
+        )
+        merchant_reference = optional_text(
+            asked.merchant_reference, "merchant_reference", max_length=MAX_MERCHANT_REFERENCE_LENGTH
+        )
         where = cat.country(asked.country if asked.country is not None else "CM")
         cat.check_currency_for_country(cur, where)
         named = cat.provider(asked.provider) if asked.provider is not None else None
@@ -372,7 +382,7 @@ class Disburse:
             merchant = require_merchant(tx, merchant_id)
             if not merchant.approved:
                 raise MerchantNotApprovedError()
-            writes = _BatchWrites(deps.refs.token("bat"), ledger.Reservations(tx, merchant.id))
+            writes = _BatchWrites(deps.refs.token(BATCH_ID_KIND), ledger.Reservations(tx, merchant.id))
             limits: dict[str, EffectiveLimits] = {}  # per currency, read once: they cannot change meanwhile
 
             def limits_for(code: str) -> EffectiveLimits:
@@ -564,7 +574,9 @@ class Disburse:
         limit = check_limit(limit)
         after = check_cursor(starting_after)
         wanted = check_member(status, PayoutStatus, "status")
-        reference = check_text(merchant_reference, "merchant_reference", max_length=120)
+        reference = check_text(
+            merchant_reference, "merchant_reference", max_length=MAX_MERCHANT_REFERENCE_LENGTH
+        )
         batch_id = check_text(batch, "batch", max_length=200)
         with self._deps.store.read() as tx:
             rows = tx.payouts.page(

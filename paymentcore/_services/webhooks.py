@@ -5,7 +5,8 @@ delivers each due event: it claims it (a lease, so two workers never send one at
 the URL again and connects to the checked address, signs the body afresh with the attempt's own
 timestamp, and records the outcome. A failed attempt is retried after ``Config.webhook_retry_delays``
 (with jitter; a 429/503 Retry-After is honoured when longer). An event whose every attempt failed is a
-*failed event*; ``Config.auto_disable_after`` (10) consecutive failed events disable the endpoint.
+*failed event*; ``Config.auto_disable_after`` (``DEFAULT_AUTO_DISABLE_AFTER``, 10) consecutive failed
+events disable the endpoint.
 
 Every attempt is recorded (``tx.deliveries``) in the transaction that records its outcome. A merchant
 can read its events and their attempts, and ask for one more delivery of an event (:meth:`Webhooks.resend`):
@@ -63,7 +64,7 @@ from paymentcore._services import audit as audit
 from paymentcore._services.audit import DEFAULT_ACTOR
 from paymentcore._services.deps import Deps, require_merchant
 from paymentcore._services.idempotency import Answer, Idempotency, check_key
-from paymentcore._services.urlsafety import UnsafeUrlError, check_webhook_url
+from paymentcore._services.urlsafety import MAX_URL_LENGTH, UnsafeUrlError, check_webhook_url
 from paymentcore._services.work import LANE_DEPTH, Due, Runner
 from paymentcore.ports import DeliveryResult, Transaction
 
@@ -153,7 +154,7 @@ class Webhooks:
         """
         deps = self._deps
         key = check_key(idempotency_key)
-        url = required_text(url, "url", max_length=2048)
+        url = required_text(url, "url", max_length=MAX_URL_LENGTH)
         if events is not None and events not in ("legacy", "v2"):
             raise InvalidRequestError("events must be 'legacy' or 'v2'.", param="events")
         chosen = events if events is not None else ("legacy" if legacy else "v2")

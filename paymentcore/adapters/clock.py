@@ -7,6 +7,12 @@ import threading
 import time
 from datetime import UTC, datetime
 
+from paymentcore._domain.references import (
+    COLLECTION_REFERENCE_PREFIX,
+    PAYOUT_REFERENCE_PREFIX,
+    TOKEN_SEPARATOR,
+)
+
 __all__ = [
     "FakeClock",
     "RandomReferences",
@@ -56,10 +62,10 @@ class RandomReferences:
         return "".join(_ALPHABET[byte % 32] for byte in secrets.token_bytes(length))
 
     def collection(self, now: int) -> str:
-        return f"REQ-{now}-{self._suffix()}"
+        return f"{COLLECTION_REFERENCE_PREFIX}{now}-{self._suffix()}"
 
     def payout(self, now: int) -> str:
-        return f"PO-{now}-{self._suffix()}"
+        return f"{PAYOUT_REFERENCE_PREFIX}{now}-{self._suffix()}"
 
     def token(self, prefix: str) -> str:
-        return f"{prefix}_{secrets.token_hex(12)}"
+        return f"{prefix}{TOKEN_SEPARATOR}{secrets.token_hex(12)}"
