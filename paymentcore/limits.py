@@ -7,6 +7,7 @@ from paymentcore._domain.limits import (
     IDEMPOTENCY_HEADER,
     MAX_CHECKOUT_MINUTES,
     MAX_DESCRIPTION_LENGTH,
+    MAX_IDEMPOTENCY_KEY_LENGTH,
     MAX_MERCHANT_REFERENCE_LENGTH,
     MAX_PHONE_LENGTH,
     MAX_RECIPIENT_NAME_LENGTH,
@@ -15,7 +16,6 @@ from paymentcore._domain.limits import (
 from paymentcore._domain.pages import DEFAULT_LIMIT as DEFAULT_PAGE_LIMIT
 from paymentcore._domain.pages import MAX_LIMIT as MAX_PAGE_LIMIT
 from paymentcore._services.disburse import MAX_BATCH_ITEMS
-from paymentcore._services.idempotency import MAX_KEY_LENGTH as MAX_IDEMPOTENCY_KEY_LENGTH
 from paymentcore._services.urlsafety import MAX_URL_LENGTH
 
 __all__ = [

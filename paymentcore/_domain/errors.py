@@ -27,6 +27,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar, Protocol
 
+from paymentcore._domain.limits import MAX_IDEMPOTENCY_KEY_LENGTH
+
 __all__ = [
     "ALL_CODES",
     "ALL_ERRORS",
@@ -176,10 +178,10 @@ class IdempotencyKeyRequiredError(RequestError):
 
 
 class IdempotencyKeyTooLongError(RequestError):
-    """The idempotency key is longer than 200 characters."""
+    """The idempotency key is longer than ``MAX_IDEMPOTENCY_KEY_LENGTH`` (200) characters."""
 
     code = "IDEMPOTENCY_KEY_TOO_LONG"
-    default_message = "The idempotency key must be at most 200 characters."
+    default_message = f"The idempotency key must be at most {MAX_IDEMPOTENCY_KEY_LENGTH} characters."
 
 
 class IdempotencyKeyReusedError(RequestError):

@@ -17,6 +17,7 @@ __all__ = [
     "IDEMPOTENCY_HEADER",
     "MAX_CHECKOUT_MINUTES",
     "MAX_DESCRIPTION_LENGTH",
+    "MAX_IDEMPOTENCY_KEY_LENGTH",
     "MAX_MERCHANT_REFERENCE_LENGTH",
     "MAX_PHONE_LENGTH",
     "MAX_RECIPIENT_NAME_LENGTH",
@@ -44,6 +45,8 @@ DEFAULT_CHECKOUT_MINUTES: Final = 60
 
 #: the HTTP header carrying a request's idempotency key (the server reads it, the HTTP client sends it)
 IDEMPOTENCY_HEADER: Final = "Idempotency-Key"
+#: the longest Idempotency-Key taken (IDEMPOTENCY_KEY_TOO_LONG beyond)
+MAX_IDEMPOTENCY_KEY_LENGTH: Final = 200
 
 # --- webhook deliveries (the defaults of ``Config.webhook_timeout`` and ``auto_disable_after``) -----
 

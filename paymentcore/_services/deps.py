@@ -14,6 +14,7 @@ import attrs
 from paymentcore._domain.catalogue import Catalogue
 from paymentcore._domain.event_types import EventType
 from paymentcore._domain.models import Event, Merchant
+from paymentcore._domain.references import EVENT_ID_KIND
 from paymentcore.config import Config
 from paymentcore.observe import Observer
 from paymentcore.ports import (
@@ -106,7 +107,7 @@ class Deps:
     ) -> Event:
         """Write an outbox event inside the caller's transaction (delivered later by the worker)."""
         event = Event(
-            id=self.refs.token("evt"),
+            id=self.refs.token(EVENT_ID_KIND),
             merchant_id=merchant_id,
             type=event_type.value,  # stored as plain text
             data=data,

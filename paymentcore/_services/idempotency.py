@@ -24,11 +24,12 @@ from paymentcore._domain.errors import (
     IdempotencyKeyTooLongError,
     InvalidRequestError,
 )
+from paymentcore._domain.limits import MAX_IDEMPOTENCY_KEY_LENGTH
 from paymentcore._domain.models import IdempotencyRecord
 from paymentcore._services.deps import Deps
 from paymentcore.ports import SecretBox, Transaction
 
-MAX_KEY_LENGTH = 200
+MAX_KEY_LENGTH = MAX_IDEMPOTENCY_KEY_LENGTH
 
 T = TypeVar("T")
 
