@@ -423,27 +423,26 @@ class PostgresStore:
         # in pipeline mode: a statement whose result nobody reads yet (BEGIN, the locks, an INSERT, the
         # COMMIT) is sent with the next one whose result is read, so a unit of work costs one round trip
         # per result it waits for, plus one for its end
-        with self._pool.connection() as conn, conn.pipeline() as pipeline:
-            conn.execute(begin)
+        with self._pool.connection() as conn:
             try:
-                yield PostgresTransaction(
-                    conn,
-                    writable=writable,
-                    write_lock=self._write_lock,
-                    rate_namespace=self._rate_namespace,
-                    partition=partition,
-                    partitions=self._partitions,
-                    pipeline=pipeline,
-                )
-                conn.execute("COMMIT" if writable else "ROLLBACK")
-                pipeline.sync()  # an error of a statement nobody read (an INSERT, the COMMIT) shows here
+                with conn.pipeline() as pipeline:
+                    conn.execute(begin)
+                    yield PostgresTransaction(
+                        conn,
+                        writable=writable,
+                        write_lock=self._write_lock,
+                        rate_namespace=self._rate_namespace,
+                        partition=partition,
+                        partitions=self._partitions,
+                        pipeline=pipeline,
+                    )
+                    conn.execute("COMMIT" if writable else "ROLLBACK")
+                # the pipeline's end waited for every result: an error of a statement nobody read (an
+                # INSERT, the COMMIT) was raised there, as one raised in the block was
             except BaseException:
-                if not conn.closed:
-                    with suppress(psycopg.Error):  # what was sent, and the error it met, if any
-                        pipeline.sync()
+                if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                     with suppress(psycopg.Error):  # a broken connection: the pool throws it away
                         conn.execute("ROLLBACK")
-                        pipeline.sync()
                 raise
 
     @contextmanager
