@@ -282,7 +282,8 @@ class _PostgresRows(Rows):
         self._namespace = rate_namespace
         self.partition = partition
         self._partitions = partitions
-        self._held: set[tuple[str, str]] = set()
+        self._locked = False  # this unit holds its write lock
+        self._held: set[tuple[str, str]] = set()  # the keys whose own locks it holds
 
     def execute(self, sql: str, params: Any = (), *, lock: bool = True) -> Any:
         if lock:
@@ -291,7 +292,7 @@ class _PostgresRows(Rows):
 
     def _lock(self) -> None:
         """The unit's write lock, before its first statement that needs it (a read view takes none)."""
-        if self.writable and ("", "") not in self._held:
+        if self.writable and not self._locked:
             if self.partition is None:  # the whole store: every other writer waits
                 self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._write_lock,))
             else:  # one merchant's partition: only its writers (and whole-store writers) wait
@@ -299,7 +300,7 @@ class _PostgresRows(Rows):
                     "SELECT pg_advisory_xact_lock_shared(%s), pg_advisory_xact_lock(%s, %s)",
                     (self._write_lock, self._partitions, _lock_half("merchant", self.partition)),
                 )
-            self._held.add(("", ""))
+            self._locked = True
 
     def changed(self, cursor: Any) -> int:
         if cursor.rowcount < 0 and self._pipeline is not None:  # its result is still on its way

@@ -12,6 +12,7 @@ of ``paymentcore._domain.queries``, the same definitions MemoryStore filters wit
 
 from __future__ import annotations
 
+import abc
 import builtins
 import enum
 import json
@@ -313,7 +314,7 @@ Condition = tuple[str, tuple[Any, ...]]
 Conditions = Sequence[Condition]
 
 
-class Rows:
+class Rows(abc.ABC):
     """Statements on one transaction's connection, through the codecs: what every repository uses.
 
     An engine subclasses it with :meth:`execute` and :meth:`execute_many` (where it takes its locks);
@@ -327,12 +328,15 @@ class Rows:
         self.writable = writable
         self.seq = dialect.seq
 
+    @abc.abstractmethod
     def execute(self, sql: str, params: Any = (), *, lock: bool = True) -> Any:
-        raise NotImplementedError
+        """Run one statement already in this engine's placeholders; its cursor."""
 
+    @abc.abstractmethod
     def execute_many(self, sql: str, rows: list[list[Any]]) -> None:
-        raise NotImplementedError
+        """Run one statement for every row of parameters."""
 
+    @abc.abstractmethod
     def hold_key(self, namespace: str, key: str) -> None:
         """Hold ``key``'s own lock until the transaction ends (where the engine has such locks)."""
 

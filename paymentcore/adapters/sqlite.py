@@ -52,6 +52,9 @@ class _SqliteRows(Rows):
     def execute_many(self, sql: str, rows: list[list[Any]]) -> None:
         self.conn.executemany(sql, rows)
 
+    def hold_key(self, namespace: str, key: str) -> None:
+        pass  # one writer: BEGIN IMMEDIATE already holds every key
+
 
 class SqliteTransaction(SqlTransaction):
     """One unit of work on one connection: the repositories of ``ports.UnitOfWork``."""
