@@ -5,7 +5,9 @@ each a :class:`Task`. The runner owns the transactions: the claim is written in 
 skips the item until the lease runs out), the action runs outside any transaction (it talks to a
 network or a webhook endpoint, which may be slow), and the outcome is written in another. A worker
 that dies between the two leaves the claim to expire; the item is then due again and the action is
-repeated with the same reference, which the network treats as the same request.
+repeated with the same reference, which the network treats as the same request. Many items go
+together: their claims share one transaction, and so do their outcomes (:meth:`Runner.claim_many`,
+:meth:`Runner.record_many`).
 """
 
 from __future__ import annotations
@@ -24,15 +26,18 @@ import attrs
 from paymentcore._domain.queries import in_turns
 from paymentcore.ports import Clock, Store, Transaction
 
-__all__ = ["LANE_DEPTH", "Due", "Pump", "Runner", "Task"]
+__all__ = ["LANE_DEPTH", "Claimed", "Due", "Pump", "Runner", "Task"]
 
 log = logging.getLogger("paymentcore.worker")
 
-#: a listing of due work holds at most this many items of one lane (the rest wait for a later listing)
-LANE_DEPTH = 256
+#: a listing of due work holds at most this many items of one lane (the rest wait for a later listing):
+#: a lane runs a few items at a time, and a listing is read again when it is used up, so a deeper one
+#: would only decode rows that wait for the next listing anyway
+LANE_DEPTH = 64
 
 ClaimT = TypeVar("ClaimT")
 OutcomeT = TypeVar("OutcomeT")
+WorkT = TypeVar("WorkT")
 
 
 @attrs.frozen
@@ -48,6 +53,16 @@ class Due:
     #: the merchant whose money the item moves: its write transactions take that merchant's partition
     #: of the store (``ports.PartitionedStore``), not the whole store
     merchant: str | None = None
+
+
+@attrs.frozen
+class Claimed(Generic[ClaimT]):
+    """An item a worker has claimed for one step: the task's claim and the lease it wrote."""
+
+    item: Due
+    claim: ClaimT
+    lease: int
+    step: int = 1
 
 
 class Task(Protocol[ClaimT, OutcomeT]):
@@ -116,16 +131,33 @@ class Runner(Generic[ClaimT, OutcomeT]):
         self._clock = clock
         self._lease_ms = lease_ms
         self._write = write if write is not None else _unpartitioned(store)
+        # a batch's writes are grouped by merchant only when the store's writers of different merchants
+        # need not wait for each other (ports.PartitionedStore); else one transaction for the batch
+        self._partitioned = write is not None and hasattr(store, "transaction_for")
         self._heartbeat = lease_ms / 3000  # seconds between renewals of a lease in use
         self._acting: dict[str, _Hold] = {}  # items whose action is under way here, and their leases
         self._acting_lock = threading.Lock()
         self._renewer: threading.Thread | None = None
 
     def run_due(self, limit: int) -> int:
-        """Work every due item once; returns how many were due."""
+        """Work every due item once, in batches of one item per lane (each lane's first item, then each
+        lane's second, ...: the items of one lane one after another, as a :class:`Pump` runs a lane
+        whose items share a fate, so that what one item's outcome changes, such as a webhook endpoint
+        disabled, holds for the next); returns how many were due."""
         due = self.due(limit)
+        turns: list[list[Due]] = []
+        seen: dict[str, int] = {}
         for item in due:
-            self.run_one(item.key, merchant_id=item.merchant)
+            turn = seen.get(item.lane, 0)
+            seen[item.lane] = turn + 1
+            if turn == len(turns):
+                turns.append([])
+            turns[turn].append(item)
+        for batch in turns:  # a storage error is raised to the caller, as by run_one
+            claimed = self.claim_many(batch, isolate=False)
+            while claimed:
+                learnt = [(one, outcome) for one in claimed if (outcome := self.act(one)) is not None]
+                claimed = self.record_many(learnt, isolate=False)
         return len(due)
 
     def due(self, limit: int) -> Sequence[Due]:
@@ -152,6 +184,80 @@ class Runner(Generic[ClaimT, OutcomeT]):
                 claim, lease = self._claim(tx, key) if again and step < max_steps else (None, 0)
             last = outcome
         return last
+
+    # --- many items at once: one write transaction for a batch's claims, one for its outcomes --------
+
+    def claim_many(self, items: Sequence[Due], *, isolate: bool = True) -> list[Claimed[ClaimT]]:
+        """Claim ``items`` in one write transaction (one per merchant on a store partitioned by
+        merchant); the items taken, each with its lease. Should the batch fail, each item is claimed
+        again in a transaction of its own, so one bad item holds back no other (``isolate``; else the
+        error is raised)."""
+
+        def claim(tx: Transaction, item: Due) -> Claimed[ClaimT] | None:
+            taken, lease = self._claim(tx, item.key)
+            return None if taken is None else Claimed(item, taken, lease)
+
+        return self._in_batches([(item, item) for item in items], claim, isolate)
+
+    def act(self, claimed: Claimed[ClaimT]) -> OutcomeT | None:
+        """The task's action on one claimed item, outside any transaction (its lease renewed while it
+        lasts); None when nothing was learnt (the item is due again once its lease runs out)."""
+        return self._act(claimed.item.key, claimed.claim, claimed.lease, claimed.item.merchant)
+
+    def record_many(
+        self,
+        learnt: Sequence[tuple[Claimed[ClaimT], OutcomeT]],
+        *,
+        max_steps: int = 3,
+        isolate: bool = True,
+    ) -> list[Claimed[ClaimT]]:
+        """Write the outcomes of many items in one write transaction (one per merchant on a partitioned
+        store), each item's next step claimed in it; returns the items claimed for a next step (at most
+        ``max_steps`` steps an item). A batch that fails is written again item by item (``isolate``;
+        else the error is raised)."""
+
+        def record(tx: Transaction, done: tuple[Claimed[ClaimT], OutcomeT]) -> Claimed[ClaimT] | None:
+            claimed, outcome = done
+            key = claimed.item.key
+            again = self.task.record(tx, claimed.claim, outcome, self._clock.now())
+            tx.leases.drop(self.kind, key)
+            if not again or claimed.step >= max_steps:
+                return None
+            taken, lease = self._claim(tx, key)
+            return None if taken is None else Claimed(claimed.item, taken, lease, claimed.step + 1)
+
+        return self._in_batches([(done[0].item, done) for done in learnt], record, isolate)
+
+    def _in_batches(
+        self,
+        work: Sequence[tuple[Due, WorkT]],
+        step: Callable[[Transaction, WorkT], Claimed[ClaimT] | None],
+        isolate: bool,
+    ) -> list[Claimed[ClaimT]]:
+        groups: dict[str | None, list[WorkT]] = {}
+        for item, one in work:
+            groups.setdefault(item.merchant if self._partitioned else None, []).append(one)
+        out: list[Claimed[ClaimT]] = []
+        for merchant_id, batch in groups.items():
+            try:
+                with self._write(merchant_id=merchant_id) as tx:
+                    results = [step(tx, one) for one in batch]
+            except Exception:
+                if not isolate:
+                    raise
+                if len(batch) == 1:
+                    log.exception("%s: a batch of one failed; it stays due", self.kind)
+                    continue
+                log.warning("%s: a batch of %d failed; writing it item by item", self.kind, len(batch))
+                results = []
+                for one in batch:
+                    try:
+                        with self._write(merchant_id=merchant_id) as tx:
+                            results.append(step(tx, one))
+                    except Exception:
+                        log.exception("%s: an item failed; it stays due", self.kind)
+            out.extend(result for result in results if result is not None)
+        return out
 
     def _claim(self, tx: Transaction, key: str) -> tuple[ClaimT | None, int]:
         now = self._clock.now()
@@ -267,12 +373,18 @@ class Pump:
 
     Turns are handed out fairly: the items listed are taken round-robin over their lanes (each lane's
     first item, then each lane's second, ...), so a lane with 10,000 items due gets no more turns than a
-    lane with one. An item is claimed (leased) by :meth:`Runner.run_one`, which renews the lease while
-    the item is worked, so several pumps in several processes share the work safely, a lease can be
-    short, and the claims of a process that died lapse in seconds.
+    lane with one.
+
+    The work is batched: the items a round starts are claimed (leased) in one write transaction
+    (:meth:`Runner.claim_many`), their actions run on the pool's threads at once (:meth:`Runner.act`,
+    which renews the lease while the action lasts), and the outcomes are written many per transaction
+    (:meth:`Runner.record_many`) by whichever pool thread finished first while no one was writing; the
+    others hand their outcome over and return to the pool. Several pumps in several processes share the
+    work safely, a lease can be short, and the claims of a process that died lapse in seconds.
 
     The list of what is due is read once and worked through over the rounds that follow: it is read
-    again when it is used up, or when it is older than ``interval``. A scan reads up to ``scan`` items.
+    again when it is used up, or when it is older than ``interval``. A scan reads up to ``scan`` items
+    (by default four times the items the pump can run at once, at most 1,000).
     """
 
     def __init__(
@@ -287,7 +399,7 @@ class Pump:
         slow_per_lane: int = 1,
         slow_after: float = 2.0,
         interval: float = 0.2,
-        scan: int = 1000,
+        scan: int | None = None,
         max_lanes: int = 10_000,
     ) -> None:
         self.name = name
@@ -299,7 +411,9 @@ class Pump:
         self._slow_per_lane = slow_per_lane
         self._slow_after = slow_after
         self._interval = interval
-        self._scan = scan
+        # a listing is read again when used up or after ``interval``: listing many times what can run at
+        # once would decode rows that mostly wait for the next listing
+        self._scan = scan if scan is not None else min(1000, 4 * (concurrency + self._slow_concurrency))
         self._max_lanes = max_lanes
         self._lock = threading.Lock()
         self._flights: dict[str, _Flight] = {}
@@ -313,6 +427,9 @@ class Pump:
         self._stop = threading.Event()
         self._pool: ThreadPoolExecutor | None = None
         self._thread: threading.Thread | None = None
+        self._record_lock = threading.Lock()
+        self._learnt: list[tuple[Claimed[Any], Any]] = []  # outcomes waiting to be recorded
+        self._recording = False
 
     @property
     def queued(self) -> int:
@@ -390,11 +507,65 @@ class Pump:
                 self._take(item, moment, slow=slow)
                 started.append(item)
         self._listed = waiting
-        assert self._pool is not None or not started
+        if not started:
+            return 0
+        # the items started are claimed together, in one write transaction, by this thread
+        try:
+            claimed = self._runner.claim_many(started)
+        except Exception:  # the items stay due; the next round tries again
+            log.exception("%s: claiming %d items failed", self.name, len(started))
+            claimed = []
+        taken = {one.item.key for one in claimed}
         for item in started:
+            if item.key not in taken:
+                self._finish(item)  # another worker has it, or it is no longer due
+        assert self._pool is not None or not claimed
+        for one in claimed:
             assert self._pool is not None
-            self._pool.submit(self._work, item)
+            self._pool.submit(self._act, one)
         return len(started)
+
+    def _act(self, claimed: Claimed[Any]) -> None:
+        """On a pool thread: the item's action; its outcome joins the next batch to be recorded."""
+        try:
+            outcome = self._runner.act(claimed)
+        except Exception:
+            log.exception("%s: %s failed; it stays due", self.name, claimed.item.key)
+            outcome = None
+        if outcome is None:
+            self._finish(claimed.item)  # nothing learnt: the claim runs out and the item is due again
+            return
+        with self._record_lock:
+            self._learnt.append((claimed, outcome))
+            if self._recording:
+                return  # the thread recording now takes it in its next batch
+            self._recording = True
+        self._record()
+
+    def _record(self) -> None:
+        """Write every outcome waiting, a batch per transaction, until none waits (one thread at a time:
+        the first whose action finished while nobody was recording)."""
+        while True:
+            with self._record_lock:
+                batch, self._learnt = self._learnt, []
+                if not batch:
+                    self._recording = False
+                    return
+            try:
+                again = self._runner.record_many(batch)
+            except Exception:
+                log.exception("%s: recording %d outcomes failed; they stay due", self.name, len(batch))
+                again = []
+            going = {one.item.key for one in again}
+            for claimed, _ in batch:
+                if claimed.item.key not in going:
+                    self._finish(claimed.item)
+            for one in again:  # a next step (a payout just handed over is asked for its status)
+                try:
+                    assert self._pool is not None
+                    self._pool.submit(self._act, one)
+                except RuntimeError:  # the pump is stopping: the claim runs out, the item is due again
+                    self._finish(one.item)
 
     def _lane(self, name: str) -> _Lane:
         lane = self._lanes.get(name)
@@ -448,26 +619,23 @@ class Pump:
                 self._slow += 1
                 lane.slow += 1
 
-    def _work(self, item: Due) -> None:
-        started = time.monotonic()
-        try:
-            self._runner.run_one(item.key, merchant_id=item.merchant)
-        except Exception:
-            log.exception("%s: %s failed; it stays due", self.name, item.key)
-        finally:
-            took = time.monotonic() - started
-            with self._lock:
-                flight = self._flights.pop(item.key)
-                lane = self._lane(item.lane)
-                if flight.slow:
-                    self._slow -= 1
-                    lane.slow -= 1
-                else:
-                    self._fresh -= 1
-                    lane.fresh -= 1
-                if took < self._slow_after:
-                    lane.proven = True
-                    lane.suspect = False
-                else:
-                    lane.suspect = True
-            self._wake.set()
+    def _finish(self, item: Due) -> None:
+        """The item is done here (recorded, not claimed, or given up): its slot and lane are freed."""
+        with self._lock:
+            flight = self._flights.pop(item.key, None)
+            if flight is None:
+                return
+            took = time.monotonic() - flight.started
+            lane = self._lane(item.lane)
+            if flight.slow:
+                self._slow -= 1
+                lane.slow -= 1
+            else:
+                self._fresh -= 1
+                lane.fresh -= 1
+            if took < self._slow_after:
+                lane.proven = True
+                lane.suspect = False
+            else:
+                lane.suspect = True
+        self._wake.set()

@@ -11,16 +11,16 @@ import threading
 import time
 from collections.abc import Sequence
 
-from paymentcore._services.work import Due, Pump, Runner
+from paymentcore._services.work import Claimed, Due, Pump, Runner
 
 DEADLINE = 10.0
 
 
 class CountingRunner(Runner[str, str]):
-    """Work items ``item-0`` ... whose lanes are given; ``run_one`` finishes an item at once."""
+    """Work items ``item-0`` ... whose lanes are given; an item's action finishes it at once."""
 
     def __init__(self, lanes: Sequence[str], *, slow_lane: str | None = None) -> None:
-        # no store and no task: the pump only lists (due) and works (run_one)
+        # no store and no task: the pump only lists (due), claims, acts and records
         self.items = {f"item-{n}": lane for n, lane in enumerate(lanes)}
         self.done: list[str] = []
         self.listings = 0
@@ -35,7 +35,16 @@ class CountingRunner(Runner[str, str]):
         pending = [Due(key, lane) for key, lane in self.items.items() if key not in finished]
         return pending[:limit]
 
-    def run_one(self, key: str, *, merchant_id: str | None = None, max_steps: int = 3) -> str | None:
+    def claim_many(self, items: Sequence[Due], *, isolate: bool = True) -> list[Claimed[str]]:
+        return [Claimed(item, item.key, 0) for item in items]
+
+    def record_many(
+        self, learnt: Sequence[tuple[Claimed[str], str]], *, max_steps: int = 3, isolate: bool = True
+    ) -> list[Claimed[str]]:
+        return []
+
+    def act(self, claimed: Claimed[str]) -> str | None:
+        key = claimed.claim
         if self.items[key] == self.slow_lane:
             self.release.wait(DEADLINE)
         with self.lock:
@@ -99,7 +108,16 @@ class HangingLanes(Runner[str, str]):
             done = set(self.finished)
         return [Due(key, lane) for key, lane in self.items.items() if key not in done][:limit]
 
-    def run_one(self, key: str, *, merchant_id: str | None = None, max_steps: int = 3) -> str | None:
+    def claim_many(self, items: Sequence[Due], *, isolate: bool = True) -> list[Claimed[str]]:
+        return [Claimed(item, item.key, 0) for item in items]
+
+    def record_many(
+        self, learnt: Sequence[tuple[Claimed[str], str]], *, max_steps: int = 3, isolate: bool = True
+    ) -> list[Claimed[str]]:
+        return []
+
+    def act(self, claimed: Claimed[str]) -> str | None:
+        key = claimed.claim
         with self.lock:
             self.started.setdefault(key, time.monotonic())
             self.running += 1

@@ -1,0 +1,169 @@
+"""The worker works in batches: many items claimed in one write transaction, many outcomes recorded in
+one, and one item that cannot be recorded holds back no other (issue 27, item 3).
+
+On every store. The transactions are counted where the services open them (the store's
+``transaction``, and ``transaction_for`` on a store partitioned by merchant).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from paymentcore import FakeClock, PaymentCore
+from paymentcore._domain.models import PayoutStatus
+from paymentcore._services.ledger import check_invariant
+from paymentcore.testing import fund
+
+from conftest import STORE_KINDS, make_core  # type: ignore[import-not-found, unused-ignore]
+
+PAYOUTS = 30
+AMOUNT = 100
+
+
+class Transactions:
+    """Counts the write transactions opened on a core's store."""
+
+    def __init__(self, core: PaymentCore, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        self._lock = threading.Lock()
+        store = core.store
+        for name in ("transaction", "transaction_for"):
+            opener = getattr(store, name, None)
+            if opener is not None:
+                monkeypatch.setattr(store, name, self._counting(opener))
+
+    def _counting(self, opener: Callable[..., AbstractContextManager[Any]]) -> Callable[..., Any]:
+        def counted(*args: Any, **kwargs: Any) -> AbstractContextManager[Any]:
+            with self._lock:
+                self.count += 1
+            return opener(*args, **kwargs)
+
+        return counted
+
+    def since(self, before: int) -> int:
+        with self._lock:
+            return self.count - before
+
+
+@pytest.fixture(params=STORE_KINDS)
+def core(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[PaymentCore]:
+    made = make_core(request.param, tmp_path, FakeClock(1_767_225_600_000))
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def _payouts(core: PaymentCore, count: int) -> tuple[str, list[str]]:
+    merchant = core.operator.create_merchant("Batch", settlement_currency="XAF")
+    fund(core, merchant.id, "XAF", 10_000_000)
+    references = [
+        core.disburse.create(
+            merchant.id, amount=AMOUNT, currency="XAF", phone="670000000", idempotency_key=f"k{n}"
+        ).reference
+        for n in range(count)
+    ]
+    return merchant.id, references
+
+
+def _check_money(core: PaymentCore, merchant_id: str, paid: int) -> None:
+    with core.store.read() as tx:
+        balance = check_invariant(tx, merchant_id, "XAF")  # raises when the ledger disagrees
+    assert balance.paid_out == paid * AMOUNT
+    [xaf] = core.operator.balances(merchant_id)
+    assert xaf.reserved == Decimal(0)
+
+
+def test_a_batch_is_claimed_in_one_transaction_and_its_outcomes_recorded_in_one(
+    core: PaymentCore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    merchant_id, references = _payouts(core, PAYOUTS)
+    runner = core.disburse.runner
+    counted = Transactions(core, monkeypatch)
+
+    due = runner.due(100)
+    assert {item.key for item in due} == set(references)
+    before = counted.count
+    claimed = runner.claim_many(due)
+    assert counted.since(before) == 1
+    assert len(claimed) == PAYOUTS
+    assert runner.claim_many(due) == []  # claimed items are no longer anyone's to take
+
+    sent = [(one, outcome) for one in claimed if (outcome := runner.act(one)) is not None]
+    before = counted.count
+    checks = runner.record_many(sent)  # every hand-over written, every status check claimed with it
+    assert counted.since(before) == 1
+    assert len(checks) == PAYOUTS and all(one.step == 2 for one in checks)
+
+    answers = [(one, outcome) for one in checks if (outcome := runner.act(one)) is not None]
+    before = counted.count
+    assert runner.record_many(answers) == []
+    assert counted.since(before) == 1
+    assert {core.disburse.get(merchant_id, ref).status for ref in references} == {PayoutStatus.PAID}
+    _check_money(core, merchant_id, PAYOUTS)
+
+
+def test_an_outcome_that_cannot_be_written_holds_back_no_other(
+    core: PaymentCore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    merchant_id, references = _payouts(core, 10)
+    bad = references[4]
+    runner = core.disburse.runner
+    record = core.disburse.record
+
+    def failing(tx: Any, claim: Any, outcome: Any, now: int) -> bool:
+        if claim.reference == bad:
+            raise RuntimeError("injected: this outcome cannot be written")
+        return record(tx, claim, outcome, now)
+
+    monkeypatch.setattr(core.disburse, "record", failing)
+    claimed = runner.claim_many(runner.due(100))
+    sent = [(one, outcome) for one in claimed if (outcome := runner.act(one)) is not None]
+    checks = runner.record_many(sent)  # the batch fails, then is written item by item
+    assert sorted(one.item.key for one in checks) == sorted(set(references) - {bad})
+    statuses = {ref: core.disburse.get(merchant_id, ref).status for ref in references}
+    assert statuses[bad] is PayoutStatus.PENDING  # its hand-over is not written: it stays due
+    assert {statuses[ref] for ref in references if ref != bad} == {PayoutStatus.SENT}
+
+    with pytest.raises(RuntimeError):  # a tick's caller sees the error; nothing is swallowed
+        runner.record_many([done for done in sent if done[0].item.key == bad], isolate=False)
+    monkeypatch.setattr(core.disburse, "record", record)
+    clock = core.clock
+    assert isinstance(clock, FakeClock)
+    clock.advance(core.config.dispatch_lease_seconds + 1)  # the bad item's claim runs out
+    core.run_until_idle()
+    assert {core.disburse.get(merchant_id, ref).status for ref in references} == {PayoutStatus.PAID}
+    _check_money(core, merchant_id, 10)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_the_running_worker_uses_fewer_transactions_than_payouts(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # one at a time, a payout cost three write transactions in the background (claim, hand-over with
+    # the status check's claim, the answer); batched, many payouts share each of them
+    core = make_core(kind, tmp_path, FakeClock(1_767_225_600_000))
+    try:
+        merchant_id, references = _payouts(core, 120)
+        counted = Transactions(core, monkeypatch)
+        core.start_worker(interval=0.05)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with core.store.read() as tx:
+                if all(tx.payouts.get(ref).status is PayoutStatus.PAID for ref in references):
+                    break
+            time.sleep(0.05)
+        core.stop_worker()
+        assert {core.disburse.get(merchant_id, ref).status for ref in references} == {PayoutStatus.PAID}
+        assert counted.count < len(references), counted.count
+        _check_money(core, merchant_id, 120)
+    finally:
+        core.close()
