@@ -9,9 +9,14 @@ host name is never looked up again, so a DNS answer that changes between check a
 rebinding) cannot steer the request into the private network.
 
 Further guards: redirects are not followed (a 3xx is reported as the failure it is), proxies and other
-settings from the environment are ignored, the response body is never read, and connections are not
-kept alive, so a TLS connection verified for one name is never reused for another name that happens to
-share its address.
+settings from the environment are ignored, and at most ``MAX_BODY`` bytes of a response body are read
+(within the delivery's timeout), only to hand the connection back for the next delivery.
+
+Connections are kept alive for ``keepalive_seconds`` between deliveries to the same endpoint (a new TCP
+connection, and for https a TLS handshake, per delivery cost the worker more than the delivery itself).
+They stay with the endpoint's own client, so a TLS connection verified for one name is never reused for
+another name that happens to share its address; a response whose body is larger than ``MAX_BODY``, or
+does not end in time, closes its connection.
 
 Connections are partitioned by endpoint: each delivery target (scheme, address, port, name and path)
 has an ``httpx.Client`` of its own, holding at most ``per_endpoint`` connections, so no set of endpoints
@@ -42,6 +47,7 @@ from paymentcore.ports import DeliveryResult, DeliveryTarget
 
 __all__ = [
     "DEFAULT_USER_AGENT",
+    "MAX_BODY",
     "MAX_RETRY_AFTER",
     "HttpxWebhookSender",
     "parse_retry_after",
@@ -49,6 +55,9 @@ __all__ = [
 
 DEFAULT_USER_AGENT = "paymentcore-webhooks/0.1"
 MAX_RETRY_AFTER = 86_400  # a day: a longer Retry-After is clamped, the caller's schedule decides anyway
+#: bytes of a response body read so that its connection can serve the next delivery; a longer body
+#: closes the connection instead (the status is all a delivery needs)
+MAX_BODY = 65_536
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _RETRY_AFTER_STATUSES = frozenset({429, 503})
@@ -125,8 +134,10 @@ class HttpxWebhookSender:
         clock: Callable[[], float] = time.time,
         per_endpoint: int = 4,
         max_endpoints: int = 512,
+        keepalive_seconds: float = 5.0,
     ) -> None:
         self._clock = clock
+        self._keepalive_seconds = keepalive_seconds
         # one TLS context for every endpoint's client (loading the CA bundle once, not per endpoint)
         shared = verify if isinstance(verify, ssl.SSLContext) or not verify else httpx.create_ssl_context()
         self._verify: ssl.SSLContext | bool = shared
@@ -178,7 +189,11 @@ class HttpxWebhookSender:
             trust_env=False,
             verify=self._verify,
             headers={"User-Agent": self._user_agent},
-            limits=httpx.Limits(max_connections=self._per_endpoint, max_keepalive_connections=0),
+            limits=httpx.Limits(
+                max_connections=self._per_endpoint,
+                max_keepalive_connections=self._per_endpoint if self._keepalive_seconds > 0 else 0,
+                keepalive_expiry=self._keepalive_seconds,
+            ),
         )
 
     def send(
@@ -220,6 +235,7 @@ class HttpxWebhookSender:
         timeout: float,
         extensions: dict[str, str],
     ) -> DeliveryResult:
+        deadline = time.monotonic() + timeout
         try:
             request = client.build_request(
                 "POST", url, headers=headers, content=body, timeout=timeout, extensions=extensions
@@ -237,9 +253,20 @@ class HttpxWebhookSender:
         if status in _RETRY_AFTER_STATUSES:
             retry_after = parse_retry_after(response.headers.get("Retry-After"), self._clock())
         with contextlib.suppress(httpx.HTTPError, OSError):
-            response.close()  # the body is never read: the status is all a delivery needs
+            _drain(response, deadline)
+        with contextlib.suppress(httpx.HTTPError, OSError):
+            response.close()  # a body read to its end hands the connection back; else it is closed
         error = f"redirect not followed (HTTP {status})" if 300 <= status < 400 else None
         return DeliveryResult(status=status, retry_after=retry_after, error=error)
+
+
+def _drain(response: httpx.Response, deadline: float) -> None:
+    """Read the body to its end when it is at most MAX_BODY bytes and ends before ``deadline``."""
+    read = 0
+    for chunk in response.iter_raw(16_384):
+        read += len(chunk)
+        if read > MAX_BODY or time.monotonic() > deadline:
+            return
 
 
 class _Endpoint:

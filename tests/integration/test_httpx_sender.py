@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from paymentcore._services.urlsafety import check_webhook_url
-from paymentcore.adapters.httpx_sender import HttpxWebhookSender
+from paymentcore.adapters.httpx_sender import MAX_BODY, HttpxWebhookSender
 from paymentcore.ports import DeliveryTarget, WebhookSender
 
 PUBLIC_V4 = "93.184.216.34"
@@ -441,3 +441,93 @@ def test_https_verifies_the_registered_name_on_the_pinned_address(
         sender.close()
     assert "hooks.test" not in lookups.hosts
     assert "other.test" not in lookups.hosts
+
+
+# --- connections kept alive per endpoint ------------------------------------------------------------
+
+
+class KeepAliveHandler(BaseHTTPRequestHandler):
+    """HTTP/1.1 with keep-alive; records the client port (one per connection) of every request.
+    ``/big`` answers with a body four times what the sender reads to keep a connection."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        server = self.server
+        assert isinstance(server, KeepAliveServer)
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        server.ports.append(self.client_address[1])
+        body = b"x" * (4 * MAX_BODY) if self.path == "/big" else b"{}"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+class KeepAliveServer(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), KeepAliveHandler)
+        self.ports: list[int] = []
+        self.release = threading.Event()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # /big: the sender closes the connection before the body is all written
+
+
+@pytest.fixture
+def keepalive_server() -> Iterator[KeepAliveServer]:
+    httpd = KeepAliveServer()
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield httpd
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(timeout=5.0)
+
+
+def _target(server: KeepAliveServer, path: str, host: str = "hooks.test") -> DeliveryTarget:
+    port = int(server.server_address[1])
+    return DeliveryTarget(
+        url=f"http://{host}:{port}{path}",
+        scheme="http",
+        host=host,
+        port=port,
+        target=path,
+        address="127.0.0.1",
+    )
+
+
+def test_deliveries_to_one_endpoint_share_one_kept_alive_connection(
+    keepalive_server: KeepAliveServer, sender: HttpxWebhookSender
+) -> None:
+    for _ in range(5):
+        assert sender.send(_target(keepalive_server, "/hook"), {}, b"{}", 2.0).ok
+    assert len(keepalive_server.ports) == 5
+    assert len(set(keepalive_server.ports)) == 1  # one TCP connection for the five deliveries
+
+
+def test_a_connection_is_never_shared_by_two_names_on_one_address(
+    keepalive_server: KeepAliveServer, sender: HttpxWebhookSender
+) -> None:
+    for host in ("one.test", "two.test", "one.test", "two.test"):
+        assert sender.send(_target(keepalive_server, "/hook", host), {}, b"{}", 2.0).ok
+    first, second, third, fourth = keepalive_server.ports
+    assert first != second  # each name its own connection ...
+    assert (third, fourth) == (first, second)  # ... kept for that name alone
+
+
+def test_a_response_body_too_large_to_read_closes_its_connection(
+    keepalive_server: KeepAliveServer, sender: HttpxWebhookSender
+) -> None:
+    for _ in range(2):
+        result = sender.send(_target(keepalive_server, "/big"), {}, b"{}", 2.0)
+        assert result.ok and result.status == 200
+    assert len(set(keepalive_server.ports)) == 2  # not read to its end: the connection is not reused
