@@ -136,6 +136,33 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def cpu_ticks() -> dict[int, list[int]]:
+    """Per CPU, the kernel's time counters (/proc/stat: user nice system idle iowait irq softirq steal)."""
+    ticks: dict[int, list[int]] = {}
+    for line in Path("/proc/stat").read_text().splitlines():
+        name, _, values = line.partition(" ")
+        if name.startswith("cpu") and name[3:].isdigit():
+            ticks[int(name[3:])] = [int(v) for v in values.split()[:8]]
+    return ticks
+
+
+def cpu_use(before: dict[int, list[int]], after: dict[int, list[int]], cpu: int | None) -> dict[str, float]:
+    """How one CPU spent the time between two :func:`cpu_ticks`: busy (user, system, interrupts: any
+    process), waiting for the disk, idle, and stolen by the hypervisor for other machines."""
+    if cpu is None or cpu not in before or cpu not in after:
+        return {}
+    user, nice, system, idle, iowait, irq, softirq, steal = (
+        a - b for a, b in zip(after[cpu], before[cpu], strict=True)
+    )
+    total = max(user + nice + system + idle + iowait + irq + softirq + steal, 1)
+    return {
+        "busy": (user + nice + system + irq + softirq) / total,
+        "iowait": iowait / total,
+        "idle": idle / total,
+        "steal": steal / total,
+    }
+
+
 def allowed_cpus(pid: int) -> str:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("Cpus_allowed_list:"):
@@ -168,10 +195,13 @@ class Probe:
         row = self.conn.execute(query).fetchone()
         return int(row[0]) if row else 0
 
+    def payouts_busy(self) -> bool:
+        return bool(self._count("SELECT count(*) FROM payouts WHERE status IN ('PENDING', 'SENT')"))
+
     def busy(self) -> bool:
         """Whether any background work remains (the cheap poll: each count is an index range)."""
         return bool(
-            self._count("SELECT count(*) FROM payouts WHERE status IN ('PENDING', 'SENT')")
+            self.payouts_busy()
             or self._count("SELECT count(*) FROM collections WHERE status IN ('PENDING', 'PROCESSING')")
             or self._count("SELECT count(*) FROM events WHERE status = 'PENDING'")
             or self.receiver.count < self._count("SELECT count(*) FROM events WHERE status = 'DELIVERED'")
@@ -193,11 +223,21 @@ class Probe:
 
     def wait(self, since: float, cap: float) -> float | None:
         """Seconds from ``since`` (a monotonic time) until no background work remains; None at ``cap``."""
-        while self.busy():
-            if time.monotonic() - since > cap:
-                return None
+        return self.drain(since, cap)[1]
+
+    def drain(self, since: float, cap: float) -> tuple[float | None, float | None]:
+        """Seconds from ``since`` (a monotonic time) until every payout is PAID, and until no background
+        work at all remains (the webhooks delivered too); None for what ``cap`` seconds did not see."""
+        paid: float | None = None
+        while True:
+            now = time.monotonic()
+            if paid is None and not self.payouts_busy():
+                paid = now - since
+            if paid is not None and not self.busy():
+                return paid, now - since
+            if now - since > cap:
+                return paid, None
             time.sleep(POLL_S)
-        return time.monotonic() - since
 
     def close(self) -> None:
         self.conn.close()
@@ -220,6 +260,8 @@ class OneCore:
         self.window_cap = max(60.0, 20 * self.plan.duration)  # a drain longer than this is abandoned
         self.accepted = Accepted()
         self.echo_token = "pck_" + secrets.token_urlsafe(32)
+        self.server_cpu: int | None = None
+        self.load_cpu: int | None = None
 
     # the unique load of one window
     def workload(self, endpoint: Endpoint, prep: bench_core.Prepared, payout_refs: Path) -> Workload:
@@ -258,6 +300,7 @@ class OneCore:
         original = os.sched_getaffinity(0)
         cpus = sorted(original)
         server_cpu, load_cpu = (cpus[0], cpus[1]) if len(cpus) >= 2 else (None, None)
+        self.server_cpu, self.load_cpu = server_cpu, load_cpu
         if load_cpu is not None:
             os.sched_setaffinity(0, {load_cpu})  # wrk, the receiver and the polls inherit it
         receiver = Receiver()  # its threads start here, on the load CPU
@@ -389,12 +432,14 @@ class OneCore:
         sampler = self.start_spy(pid, spy) if spy else None
         others = [s.process.pid for s in self.servers.values() if s is not server]
         others_start = sum(cpu_seconds(other) for other in others)
+        ticks_start = cpu_ticks()
         cpu_start = cpu_seconds(pid)
         result: LoadResult = run_load(
             self.tool, HOST, server.port, self.workload(endpoint, prep, payout_refs), level, seconds
         )
         ended = time.monotonic()
         cpu_load = cpu_seconds(pid) - cpu_start
+        ticks_load = cpu_ticks()
         others_load = sum(cpu_seconds(other) for other in others) - others_start
         if sampler is not None:
             self.stop_spy(sampler)
@@ -402,9 +447,15 @@ class OneCore:
         record: dict[str, Any] = {
             "result": result.to_json(),
             "server_cpu_s": cpu_load,
+            # answers per second of the server's own CPU time: what the server does with the CPU it got,
+            # whatever else ran on that CPU (the machine is shared)
+            "per_cpu_s": result.requests / cpu_load if cpu_load > 0 else None,
             "server_cpu_busy": cpu_load / result.duration_s if result.duration_s else None,
             # the idle servers on the same CPU meanwhile (the core server's worker polls when idle)
             "idle_servers_cpu_busy": others_load / result.duration_s if result.duration_s else None,
+            # the two CPUs as the kernel saw them (any process, and time stolen for other machines)
+            "server_cpu": cpu_use(ticks_start, ticks_load, self.server_cpu),
+            "load_cpu": cpu_use(ticks_start, ticks_load, self.load_cpu),
         }
         if before is None:
             return record
@@ -412,10 +463,11 @@ class OneCore:
         self.accepted.disburse_in_flight += level
         at_end = probe.snapshot()
         drainer = self.start_spy(pid, drain_spy, settle=0) if drain_spy else None
-        drain = probe.wait(ended, self.window_cap)
+        paid_s, drain = probe.drain(ended, self.window_cap)
         if drainer is not None:
             self.stop_spy(drainer)
         cpu_drain = cpu_seconds(pid) - cpu_start - cpu_load
+        ticks_drain = cpu_ticks()
         after = probe.snapshot()
         paid = after.paid - before.paid
         window_s = result.duration_s
@@ -424,6 +476,7 @@ class OneCore:
             "drained": drain is not None,
             "drain_s": drain,
             "drain_ratio": drain / window_s if drain is not None and window_s else None,
+            "paid_s": paid_s,  # until every payout was PAID (their webhooks may still be on the way)
             "payouts": paid,
             "api_payouts_per_s": (result.requests - result.non_2xx) / window_s if window_s else 0.0,
             "end_to_end_per_s": paid / (window_s + drain) if drain is not None else None,
@@ -433,6 +486,7 @@ class OneCore:
                 "deliveries_owed": at_end.delivered_events - at_end.received,
             },
             "server_cpu_drain_s": cpu_drain,
+            "server_cpu_drain": cpu_use(ticks_load, ticks_drain, self.server_cpu),
             "deliveries": after.received - before.received,
         }
         return record
@@ -549,6 +603,7 @@ def _spread(values: list[float]) -> dict[str, float]:
 def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per (endpoint, concurrency): medians over rounds, ratios to the baseline of the same round."""
     rps = {(r["round"], r["concurrency"], r["target"]): r["result"]["rps"] for r in runs}
+    per_cpu = {(r["round"], r["concurrency"], r["target"]): r.get("per_cpu_s") for r in runs}
     rows: list[dict[str, Any]] = []
     for endpoint in ENDPOINTS:
         for level in sorted({r["concurrency"] for r in runs}):
@@ -557,13 +612,24 @@ def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 continue
             results = [r["result"] for r in mine]
             ratios = []
+            cpu_ratios = []
             if endpoint.baseline is not None:
                 for r in mine:
                     base = rps.get((r["round"], level, endpoint.baseline))
                     if base:
                         ratios.append(r["result"]["rps"] / base)
+                    base_cpu = per_cpu.get((r["round"], level, endpoint.baseline))
+                    if base_cpu and r.get("per_cpu_s"):
+                        cpu_ratios.append(r["per_cpu_s"] / base_cpu)
+            own_cpu = [r["per_cpu_s"] for r in mine if r.get("per_cpu_s")]
             busy = [r["server_cpu_busy"] for r in mine if r.get("server_cpu_busy") is not None]
             idle = [r["idle_servers_cpu_busy"] for r in mine if r.get("idle_servers_cpu_busy") is not None]
+            cpus = {
+                f"{side}_{what}": statistics.median(r[f"{side}_cpu"][what] for r in mine)
+                for side in ("server", "load")
+                for what in ("busy", "iowait", "steal")
+                if all(r.get(f"{side}_cpu") for r in mine)
+            }
             rows.append(
                 {
                     "target": endpoint.name,
@@ -576,8 +642,11 @@ def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "p99_ms": _spread([x["p99_ms"] for x in results]),
                     "max_ms": max(x["max_ms"] for x in results),
                     "ratio": _spread(ratios) if ratios else None,
+                    "per_cpu_s": statistics.median(own_cpu) if own_cpu else None,
+                    "ratio_per_cpu_s": _spread(cpu_ratios) if cpu_ratios else None,
                     "server_cpu_busy": statistics.median(busy) if busy else None,
                     "idle_servers_cpu_busy": statistics.median(idle) if idle else None,
+                    "cpus": cpus,
                     "requests": sum(x["requests"] for x in results),
                 }
             )

@@ -558,7 +558,10 @@ def _onecore_markdown(part: dict[str, Any]) -> list[str]:
         "windows; medians over rounds; x base = req/s over the baseline's (echo for the POST, the bare GET "
         "for the GETs) in the same round and concurrency (median [min-max]); CPU = the loaded server's CPU "
         "time over the window (1.00 = its core saturated), idle = the other two servers' on the same CPU "
-        "meanwhile.",
+        "meanwhile; per CPU-s = answers per second of the server's own CPU time, and x base per CPU-s its "
+        "ratio to the baseline's (what each server does with the CPU it got, whatever else ran there); "
+        "CPU 0 / CPU 1 = the server's and the load's CPU as the kernel saw them: busy (any process, ours "
+        "or not) + waiting for the disk, and stolen for other machines.",
         "",
     ]
     rows = []
@@ -574,16 +577,38 @@ def _onecore_markdown(part: dict[str, Any]) -> list[str]:
                 _ms(r["p50_ms"]),
                 _ms(r["p99_ms"]["median"]),
                 _ms(r["max_ms"]),
+                "-" if r.get("per_cpu_s") is None else f"{r['per_cpu_s']:,.0f}",
+                "-" if not r.get("ratio_per_cpu_s") else f"{r['ratio_per_cpu_s']['median']:.3f}",
                 "-" if busy is None else f"{busy:.2f}",
                 "-" if r.get("idle_servers_cpu_busy") is None else f"{r['idle_servers_cpu_busy']:.2f}",
+                _cpu(r.get("cpus") or {}, "server"),
+                _cpu(r.get("cpus") or {}, "load"),
             ]
         )
-    out += _table(["endpoint", "c", "req/s", "x base", "p50 ms", "p99 ms", "max ms", "CPU", "idle"], rows)
+    out += _table(
+        [
+            "endpoint",
+            "c",
+            "req/s",
+            "x base",
+            "p50 ms",
+            "p99 ms",
+            "max ms",
+            "per CPU-s",
+            "x base per CPU-s",
+            "CPU",
+            "idle",
+            "CPU 0",
+            "CPU 1",
+        ],
+        rows,
+    )
     out += [
         "",
         "The background work after each POST /v1/disburse window: from the window's end until every payout "
         "is PAID and every webhook delivered (drain, and x the window); end to end = the window's payouts "
-        "over the window plus the drain; backlog = payouts unpaid / events undelivered at the window's end.",
+        "over the window plus the drain; backlog = payouts unpaid / events undelivered at the window's end; "
+        "PAID = when the last payout was PAID (deliveries may still be on the way then).",
         "",
     ]
     rows = []
@@ -598,6 +623,7 @@ def _onecore_markdown(part: dict[str, Any]) -> list[str]:
                 str(run["concurrency"]),
                 f"{bg['api_payouts_per_s']:,.0f}",
                 f"{backlog['payouts_unpaid']:,} / {backlog['events_pending']:,}",
+                "-" if bg.get("paid_s") is None else f"{bg['paid_s']:.2f} s",
                 "not drained" if not bg["drained"] else f"{bg['drain_s']:.2f} s",
                 "-" if bg["drain_ratio"] is None else f"{bg['drain_ratio']:.2f}",
                 "-" if bg["end_to_end_per_s"] is None else f"{bg['end_to_end_per_s']:,.0f}",
@@ -612,6 +638,7 @@ def _onecore_markdown(part: dict[str, Any]) -> list[str]:
             "c",
             "accepted/s",
             "backlog at end",
+            "PAID after",
             "drain",
             "x window",
             "end to end/s",
@@ -645,3 +672,10 @@ def _onecore_markdown(part: dict[str, Any]) -> list[str]:
             ([f"{row['share'] * 100:.1f}%", row["function"]] for row in spy["own"][:10]),
         )
     return out
+
+
+def _cpu(cpus: dict[str, float], side: str) -> str:
+    """'busy+iowait (st steal)' of one CPU, e.g. '0.97+0.01 (st 0.02)'; '-' when not measured."""
+    if f"{side}_busy" not in cpus:
+        return "-"
+    return f"{cpus[f'{side}_busy']:.2f}+{cpus[f'{side}_iowait']:.2f} (st {cpus[f'{side}_steal']:.2f})"
