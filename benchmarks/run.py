@@ -1,4 +1,4 @@
-"""The performance suite: ``python3 benchmarks/run.py`` (full, about 20 minutes) or ``--quick`` (CI).
+"""The performance suite: ``python3 benchmarks/run.py`` (full, about 25 minutes) or ``--quick`` (CI).
 
 One run, on this machine:
 
