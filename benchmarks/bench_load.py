@@ -7,6 +7,7 @@ Both generators send the same requests (the ``kind`` of a :class:`Workload`):
 - ``disburse``  POST /v1/disburse, 100 XAF to 670000100, a unique Idempotency-Key (also merchantReference);
 - ``charge``    POST /v1/collect/charge, 100 XAF from a fresh MTN CM number (67xxxxxxx) each time;
 - ``getref``    GET /v1/collect/{reference}, cycling through the references in ``refs_file``;
+- ``getpayout`` GET /v1/disburse/{reference}, cycling through the payout references in ``refs_file``;
 - ``replay``    POST /v1/disburse again with a key and body that were already used (idempotent replay).
 
 Run as a script this module is the Python load generator: one closed-loop asyncio client per
@@ -38,7 +39,7 @@ PAYOUT_AMOUNT = 100  # XAF, the currency's minimum
 FAILING_TAILS = (11, 12, 13)  # the sandbox fails collections to numbers ending in these
 RESULT_MARK = "BENCH_RESULT "
 
-KINDS = ("bare", "echo", "disburse", "charge", "getref", "replay")
+KINDS = ("bare", "echo", "disburse", "charge", "getref", "getpayout", "replay")
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,7 @@ class RequestMaker:
         self.workload = workload
         self.host = f"{host}:{port}"
         self.refs = read_refs(workload.refs_file)
-        if workload.kind in ("getref", "replay") and not self.refs:
+        if workload.kind in ("getref", "getpayout", "replay") and not self.refs:
             raise ValueError(f"workload {workload.kind} needs a refs file")
         self.counter = 0
 
@@ -134,11 +135,12 @@ class RequestMaker:
         if kind == "bare":
             self.counter += 1
             return f"GET /json HTTP/1.1\r\nHost: {self.host}\r\n\r\n".encode()
-        if kind == "getref":
+        if kind in ("getref", "getpayout"):
             self.counter += 1
             ref = self.refs[self.counter % len(self.refs)]
+            path = "/v1/collect/" if kind == "getref" else "/v1/disburse/"
             return (
-                f"GET /v1/collect/{ref} HTTP/1.1\r\nHost: {self.host}\r\n"
+                f"GET {path}{ref} HTTP/1.1\r\nHost: {self.host}\r\n"
                 f"Authorization: Bearer {self.workload.token}\r\n\r\n"
             ).encode()
         if kind == "replay":

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 # (target name, server, endpoint label) in the order of the tables
@@ -121,33 +121,8 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     def add(name: str, goal: str, value: float | None, met: bool | None, shown: str) -> None:
         targets.append({"target": name, "goal": goal, "value": value, "met": met, "measured": shown})
 
-    rows: list[dict[str, Any]] = results.get("http", {}).get("summary", [])
-    row = _row(rows, "disburse-FULL", 32)
-    ratio = row["ratio_to_echo"] if row else None
-    if ratio:
-        add(
-            "POST /v1/disburse (FULL) vs echo, c=32",
-            ">= 0.35x",
-            ratio["median"],
-            ratio["median"] >= 0.35,
-            f"{ratio['median']:.3f}x (rounds {ratio['min']:.3f}-{ratio['max']:.3f})",
-        )
-    else:
-        add("POST /v1/disburse (FULL) vs echo, c=32", ">= 0.35x", None, None, "not measured")
-    for level, ceiling in ((32, 40.0), (128, 150.0)):
-        row = _row(rows, "disburse-FULL", level)
-        name = f"POST /v1/disburse (FULL) p99, c={level}"
-        if row:
-            p99 = row["p99_ms"]
-            add(
-                name,
-                f"<= {ceiling:.0f} ms",
-                p99["median"],
-                p99["median"] <= ceiling,
-                f"{p99['median']:.1f} ms (rounds {p99['min']:.1f}-{p99['max']:.1f})",
-            )
-        else:
-            add(name, f"<= {ceiling:.0f} ms", None, None, "not measured")
+    if "http" in results:
+        _http_targets(results["http"].get("summary", []), add)
     for item in results.get("inprocess", {}).get("payouts", []):
         per_batch = item["ratio_per_batch"]
         add(
@@ -207,6 +182,132 @@ def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             memory["ratio"] <= 1.1,
             f"{memory['ratio']:.3f}x ({memory['large_rss_mb']:.1f} vs {memory['small_rss_mb']:.1f} MB)",
         )
+    if "onecore" in results:
+        targets += onecore_targets(results["onecore"])
+    return targets
+
+
+Add = Callable[[str, str, float | None, bool | None, str], None]
+
+
+def _http_targets(rows: list[dict[str, Any]], add: Add) -> None:
+    row = _row(rows, "disburse-FULL", 32)
+    ratio = row["ratio_to_echo"] if row else None
+    if ratio:
+        add(
+            "POST /v1/disburse (FULL) vs echo, c=32",
+            ">= 0.35x",
+            ratio["median"],
+            ratio["median"] >= 0.35,
+            f"{ratio['median']:.3f}x (rounds {ratio['min']:.3f}-{ratio['max']:.3f})",
+        )
+    else:
+        add("POST /v1/disburse (FULL) vs echo, c=32", ">= 0.35x", None, None, "not measured")
+    for level, ceiling in ((32, 40.0), (128, 150.0)):
+        row = _row(rows, "disburse-FULL", level)
+        name = f"POST /v1/disburse (FULL) p99, c={level}"
+        if row:
+            p99 = row["p99_ms"]
+            add(
+                name,
+                f"<= {ceiling:.0f} ms",
+                p99["median"],
+                p99["median"] <= ceiling,
+                f"{p99['median']:.1f} ms (rounds {p99['min']:.1f}-{p99['max']:.1f})",
+            )
+        else:
+            add(name, f"<= {ceiling:.0f} ms", None, None, "not measured")
+
+
+# the one-core part (benchmarks/bench_one_core.py): target name -> endpoint, and its baseline's name
+ONECORE_ENDPOINTS = {
+    "disburse": ("POST /v1/disburse", "echo"),
+    "getpayout": ("GET /v1/disburse/{reference}", "bare GET"),
+    "getref": ("GET /v1/collect/{reference}", "bare GET"),
+}
+
+
+def onecore_targets(part: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issue 27's targets ("One core, batched") against the one-core part's figures."""
+    targets: list[dict[str, Any]] = []
+
+    def add(name: str, goal: str, value: float | None, met: bool | None, shown: str) -> None:
+        targets.append(
+            {"target": f"one core: {name}", "goal": goal, "value": value, "met": met, "measured": shown}
+        )
+
+    rows: list[dict[str, Any]] = part.get("summary", [])
+
+    def ratio(target: str, floor: float) -> None:
+        endpoint, baseline = ONECORE_ENDPOINTS[target]
+        name, goal = f"{endpoint} vs {baseline}, c=32", f">= {floor:g}x"
+        row = _row(rows, target, 32)
+        spread = row["ratio"] if row else None
+        if not spread:
+            add(name, goal, None, None, "not measured")
+            return
+        add(
+            name,
+            goal,
+            spread["median"],
+            spread["median"] >= floor,
+            f"{spread['median']:.3f}x (rounds {spread['min']:.3f}-{spread['max']:.3f}; "
+            f"{row['rps']['median']:,.0f} req/s)"
+            if row
+            else "",
+        )
+
+    def p99(target: str, level: int, ceiling: float) -> None:
+        name, goal = f"{ONECORE_ENDPOINTS[target][0]} p99, c={level}", f"<= {ceiling:g} ms"
+        row = _row(rows, target, level)
+        if not row:
+            add(name, goal, None, None, "not measured")
+            return
+        spread = row["p99_ms"]
+        add(
+            name,
+            goal,
+            spread["median"],
+            spread["median"] <= ceiling,
+            f"{spread['median']:.1f} ms (rounds {spread['min']:.1f}-{spread['max']:.1f})",
+        )
+
+    ratio("disburse", 0.15)
+    p99("disburse", 32, 40)
+    background = next((b for b in part.get("background", []) if b["concurrency"] == 32), None)
+    name, goal = "background work finished after each c=32 POST window (x the window)", "<= 0.3x"
+    if background is None:
+        add(name, goal, None, None, "not measured")
+    elif background["drain_ratio"] is None or background["undrained_windows"]:
+        add(name, goal, None, False, f"{background['undrained_windows']} window(s) not drained")
+    else:
+        drain, seconds = background["drain_ratio"], background["drain_s"]
+        add(
+            name,
+            goal,
+            drain["max"],
+            drain["max"] <= 0.3,
+            f"worst {drain['max']:.2f}x, median {drain['median']:.2f}x "
+            f"({seconds['median']:.2f} s, {seconds['min']:.2f}-{seconds['max']:.2f} s)",
+        )
+    for target in ("getpayout", "getref"):
+        ratio(target, 0.4)
+        p99(target, 32, 15)
+    for target in ("disburse", "getpayout", "getref"):
+        p99(target, 128, 150)
+    inproc = part.get("inprocess")
+    name, goal = "payout created in-process vs a raw sqlite3 transaction (FULL)", ">= 0.85x"
+    if inproc:
+        per_batch = inproc["ratio_per_batch"]
+        add(
+            name,
+            goal,
+            inproc["ratio"],
+            inproc["ratio"] >= 0.85,
+            f"{inproc['ratio']:.3f}x (batches {per_batch['min']:.3f}-{per_batch['max']:.3f})",
+        )
+    else:
+        add(name, goal, None, None, "not measured")
     return targets
 
 
@@ -434,7 +535,147 @@ def markdown(results: dict[str, Any]) -> str:
             )
             + f"; ratio {memory['ratio']:.3f}.",
         ]
+    onecore = results.get("onecore")
+    if onecore:
+        out += _onecore_markdown(onecore)
     if not gate.get("passed", False):
         out += ["", "Failed checks:", ""]
         out += [f"- {c['name']}: {c['detail']}" for c in gate.get("checks", []) if not c["ok"]]
     return "\n".join(out) + "\n"
+
+
+def _onecore_markdown(part: dict[str, Any]) -> list[str]:
+    pinned = (
+        f"pinned to CPU {part['server_cpu']} (the load generator and the webhook receiver to CPU "
+        f"{part['load_cpu']})"
+        if part["pinned"]
+        else "NOT pinned (fewer than two CPUs)"
+    )
+    out = [
+        "",
+        f"One core (issue 27): `{part['server_command']}`; every server {pinned}; "
+        f"{part['rounds']} interleaved round{'s' if part['rounds'] != 1 else ''} of {part['duration_s']:g} s "
+        "windows; medians over rounds; x base = req/s over the baseline's (echo for the POST, the bare GET "
+        "for the GETs) in the same round and concurrency (median [min-max]); CPU = the loaded server's CPU "
+        "time over the window (1.00 = its core saturated), idle = the other two servers' on the same CPU "
+        "meanwhile; per CPU-s = answers per second of the server's own CPU time, and x base per CPU-s its "
+        "ratio to the baseline's (what each server does with the CPU it got, whatever else ran there); "
+        "CPU 0 / CPU 1 = the server's and the load's CPU as the kernel saw them: busy (any process, ours "
+        "or not) + waiting for the disk, and stolen for other machines.",
+        "",
+    ]
+    rows = []
+    for r in part["summary"]:
+        ratio = r["ratio"]
+        busy = r.get("server_cpu_busy")
+        rows.append(
+            [
+                r["endpoint"],
+                str(r["concurrency"]),
+                f"{r['rps']['median']:,.0f}",
+                "-" if ratio is None else f"{ratio['median']:.3f} [{ratio['min']:.3f}-{ratio['max']:.3f}]",
+                _ms(r["p50_ms"]),
+                _ms(r["p99_ms"]["median"]),
+                _ms(r["max_ms"]),
+                "-" if r.get("per_cpu_s") is None else f"{r['per_cpu_s']:,.0f}",
+                "-" if not r.get("ratio_per_cpu_s") else f"{r['ratio_per_cpu_s']['median']:.3f}",
+                "-" if busy is None else f"{busy:.2f}",
+                "-" if r.get("idle_servers_cpu_busy") is None else f"{r['idle_servers_cpu_busy']:.2f}",
+                _cpu(r.get("cpus") or {}, "server"),
+                _cpu(r.get("cpus") or {}, "load"),
+            ]
+        )
+    out += _table(
+        [
+            "endpoint",
+            "c",
+            "req/s",
+            "x base",
+            "p50 ms",
+            "p99 ms",
+            "max ms",
+            "per CPU-s",
+            "x base per CPU-s",
+            "CPU",
+            "idle",
+            "CPU 0",
+            "CPU 1",
+        ],
+        rows,
+    )
+    out += [
+        "",
+        "The background work after each POST /v1/disburse window: from the window's end until every payout "
+        "is PAID and every webhook delivered (drain, and x the window); end to end = the window's payouts "
+        "over the window plus the drain; backlog = payouts unpaid / events undelivered at the window's end; "
+        "PAID = when the last payout was PAID (deliveries may still be on the way then).",
+        "",
+    ]
+    rows = []
+    for run in part["runs"]:
+        bg = run.get("background")
+        if not bg:
+            continue
+        backlog = bg["backlog_at_end"]
+        rows.append(
+            [
+                str(run["round"] + 1),
+                str(run["concurrency"]),
+                f"{bg['api_payouts_per_s']:,.0f}",
+                f"{backlog['payouts_unpaid']:,} / {backlog['events_pending']:,}",
+                "-" if bg.get("paid_s") is None else f"{bg['paid_s']:.2f} s",
+                "not drained" if not bg["drained"] else f"{bg['drain_s']:.2f} s",
+                "-" if bg["drain_ratio"] is None else f"{bg['drain_ratio']:.2f}",
+                "-" if bg["end_to_end_per_s"] is None else f"{bg['end_to_end_per_s']:,.0f}",
+                f"{run['server_cpu_busy']:.2f} / {bg['server_cpu_drain_s'] / bg['drain_s']:.2f}"
+                if bg["drained"] and bg["drain_s"]
+                else f"{run['server_cpu_busy']:.2f}",
+            ]
+        )
+    out += _table(
+        [
+            "round",
+            "c",
+            "accepted/s",
+            "backlog at end",
+            "PAID after",
+            "drain",
+            "x window",
+            "end to end/s",
+            "CPU load / drain",
+        ],
+        rows,
+    )
+    inproc = part.get("inprocess")
+    if inproc:
+        out += [
+            "",
+            f"In-process, synchronous={inproc['synchronous']}: core.disburse.create "
+            f"{inproc['core_per_s']['median']:,.0f}/s against a raw sqlite3 transaction "
+            f"{inproc['raw_per_s']['median']:,.0f}/s: {inproc['ratio']:.3f}x.",
+        ]
+    profiles = part.get("profiles") or {}
+    if profiles.get("skipped"):
+        out += ["", f"py-spy: skipped ({profiles['skipped']})."]
+    for mode in ("gil-load", "gil-drain", "active-load"):
+        spy = profiles.get(mode)
+        if not spy or not spy.get("samples"):
+            continue
+        threads = ", ".join(f"{t['thread']} {t['share'] * 100:.0f}%" for t in spy["threads"][:6])
+        out += [
+            "",
+            f"py-spy, {spy['what']} ({spy['samples']:,} samples; by thread: {threads}); own time by line:",
+            "",
+        ]
+        out += _table(
+            ["share", "function (file:line)"],
+            ([f"{row['share'] * 100:.1f}%", row["function"]] for row in spy["own"][:10]),
+        )
+    return out
+
+
+def _cpu(cpus: dict[str, float], side: str) -> str:
+    """'busy+iowait (st steal)' of one CPU, e.g. '0.97+0.01 (st 0.02)'; '-' when not measured."""
+    if f"{side}_busy" not in cpus:
+        return "-"
+    return f"{cpus[f'{side}_busy']:.2f}+{cpus[f'{side}_iowait']:.2f} (st {cpus[f'{side}_steal']:.2f})"

@@ -1,13 +1,14 @@
 -- Request script for wrk (Debian's wrk 4.1 with LuaJIT), used by benchmarks/run.py.
 --
 -- Arguments after "--":  kind token prefix phone_base stride refs_file
---   kind       bare | echo | disburse | charge | getref | replay
+--   kind       bare | echo | disburse | charge | getref | getpayout | replay
 --   token      the Bearer key ("-" for none)
 --   prefix     makes every Idempotency-Key of this run unique: <prefix>-<thread>-<counter>
 --   phone_base first phone index for charges; thread t uses phone_base + t, + stride, ...
 --   stride     the step between one thread's phone indexes: at least the -t value (run.py runs -t1
 --              and passes 1, or N when N generators share a load, each starting one index further)
---   refs_file  one collection reference or replay key per line ("-" for none)
+--   refs_file  one collection reference (getref), payout reference (getpayout) or replay key per line
+--              ("-" for none)
 --
 -- The requests are the same as benchmarks/bench_load.py builds for its Python load generator.
 -- done() prints one line "BENCH_RESULT {json}" that run.py reads.
@@ -75,6 +76,11 @@ function request()
       counter = counter + 1
       local ref = refs[(counter % #refs) + 1]
       return wrk.format("GET", "/v1/collect/" .. ref, { ["Authorization"] = "Bearer " .. token })
+   end
+   if kind == "getpayout" then
+      counter = counter + 1
+      local ref = refs[(counter % #refs) + 1]
+      return wrk.format("GET", "/v1/disburse/" .. ref, { ["Authorization"] = "Bearer " .. token })
    end
    if kind == "replay" then
       counter = counter + 1

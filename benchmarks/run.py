@@ -1,4 +1,4 @@
-"""The performance suite: ``python3 benchmarks/run.py`` (full, about 20 minutes) or ``--quick`` (CI).
+"""The performance suite: ``python3 benchmarks/run.py`` (full, about 25 minutes) or ``--quick`` (CI).
 
 One run, on this machine:
 
@@ -18,10 +18,13 @@ One run, on this machine:
    (1,000 items a request) against POST /v1/disburse at c=32, on one SQLite FULL server in interleaved
    rounds, and the time a request of 1,000 items takes to be answered;
 5. memory: the server's RSS after 10^4 and after 10^5 requests;
-6. the correctness gate: no unexpected non-2xx, every accepted payout stored once, balances conserved.
+6. one core (benchmarks/bench_one_core.py, issue 27): ``paymentcore serve`` with its worker, pinned to one
+   CPU, against the echo and the bare GET pinned the same way, the load on the other CPU, at c=32 and
+   128; the background work's drain after each POST window, the end-to-end rate, the in-process ratio;
+7. the correctness gate: no unexpected non-2xx, every accepted payout stored once, balances conserved.
 
-Writes benchmarks/results/latest.json and latest.md. Exits 0 when the gate passes (whatever the speed
-figures), 1 when it fails, 2 when the run itself broke.
+Writes benchmarks/results/latest.json and latest.md (and onecore.json and onecore.md for part 6). Exits 0
+when the gate passes (whatever the speed figures), 1 when it fails, 2 when the run itself broke.
 """
 
 from __future__ import annotations
@@ -84,6 +87,7 @@ class Plan:
     sustained_seconds: float
     bulk_batch: int
     bulk_requests: int
+    onecore_concurrency: tuple[int, ...]  # the one-core part's levels (issue 27: 32 and 128)
 
 
 FULL = Plan(
@@ -107,6 +111,7 @@ FULL = Plan(
     sustained_seconds=10,
     bulk_batch=1000,
     bulk_requests=5,
+    onecore_concurrency=(32, 128),
 )
 QUICK = Plan(
     quick=True,
@@ -129,6 +134,7 @@ QUICK = Plan(
     sustained_seconds=1,
     bulk_batch=1000,
     bulk_requests=2,
+    onecore_concurrency=(32, 128),
 )
 
 
@@ -762,6 +768,14 @@ class Suite:
         )
         return result
 
+    # --- 6. one core ---------------------------------------------------------------------------
+
+    def onecore(self) -> dict[str, Any]:
+        """Issue 27's measure (benchmarks/bench_one_core.py)."""
+        import bench_one_core  # here, not at the top: it imports this module
+
+        return bench_one_core.measure(self)
+
     # --- 5. memory -------------------------------------------------------------------------------
 
     def memory(self) -> dict[str, Any]:
@@ -818,8 +832,9 @@ class Suite:
         }
 
 
-def summarise_stacks(path: Path, top: int = 15) -> dict[str, Any]:
-    """Own and inclusive sample shares per function from py-spy's raw (collapsed) output."""
+def summarise_stacks(path: Path, top: int = 15, *, threads: bool = False) -> dict[str, Any]:
+    """Own and inclusive sample shares per function from py-spy's raw (collapsed) output; ``threads``:
+    recorded with ``--threads``, whose first frame of each stack names the thread (left out here)."""
     own: Counter[str] = Counter()
     inclusive: Counter[str] = Counter()
     total = 0
@@ -831,6 +846,8 @@ def summarise_stacks(path: Path, top: int = 15) -> dict[str, Any]:
             continue
         count = int(count_text)
         frames = [_short(frame) for frame in stack.split(";") if frame]
+        if threads and frames and frames[0].startswith("thread ("):
+            frames = frames[1:]
         if not frames:
             continue
         total += count
@@ -849,7 +866,7 @@ def _short(frame: str) -> str:
     """'name (path/to/file.py:12)' -> 'name (file.py:12)' with the package kept for our code."""
     name, _, where = frame.partition(" (")
     where = where.rstrip(")")
-    for marker in ("/site-packages/", "/work/main/", "/lib/python3.11/"):
+    for marker in ("/site-packages/", f"{HERE.parent}/", "/work/main/", "/lib/python3.11/"):
         if marker in where:
             where = where.rsplit(marker, 1)[-1]
             break
@@ -895,7 +912,9 @@ def main(argv: list[str] | None = None) -> int:
         help="py-spy the FULL server under POST /v1/disburse (default: on in a full run)",
     )
     parser.add_argument(
-        "--only", default="http,inprocess,growth,bulk,memory", help="parts to run, comma-separated"
+        "--only",
+        default="http,inprocess,growth,bulk,memory,onecore",
+        help="parts to run, comma-separated (http, inprocess, growth, bulk, memory, onecore)",
     )
     parser.add_argument(
         "--postgres",
@@ -914,6 +933,7 @@ def main(argv: list[str] | None = None) -> int:
         changes["duration"] = args.duration
     if args.concurrency:
         changes["concurrency"] = tuple(int(x) for x in args.concurrency.split(","))
+        changes["onecore_concurrency"] = changes["concurrency"]
     if args.records is not None:
         changes["records"] = (plan.records[0], args.records)
     if changes:
@@ -993,6 +1013,8 @@ def main(argv: list[str] | None = None) -> int:
             results["bulk"] = suite.bulk()
         if "memory" in parts:
             results["memory"] = suite.memory()
+        if "onecore" in parts:
+            results["onecore"] = suite.onecore()
     except Exception:
         traceback.print_exc()
         suite.gate.check("the run completed", False, traceback.format_exc(limit=3).strip().splitlines()[-1])
@@ -1012,6 +1034,10 @@ def main(argv: list[str] | None = None) -> int:
     (results_dir / "latest.json").write_text(json.dumps(results, indent=2) + "\n")
     report = bench_report.markdown(results)
     (results_dir / "latest.md").write_text(report)
+    if "onecore" in results:
+        import bench_one_core
+
+        bench_one_core.write_part(results, results_dir)
     print()
     print(report)
     if status:

@@ -202,3 +202,50 @@ def test_postgres_network_benchmark_reports_every_figure(tmp_path: Path) -> None
         assert value is not None
     assert [t["met"] is not None for t in report["targets"]] == [True] * 4
     assert "round trips per payout at c=1" in done.stdout and "PostgreSQL, 3 processes" in done.stdout
+
+
+def test_one_core_benchmark_reports_every_figure_of_issue_27(tmp_path: Path) -> None:
+    """``benchmarks/run.py --only onecore --quick`` (benchmarks/bench_one_core.py): ``paymentcore serve``
+    with its worker against the echo and the bare GET, at c=32 and c=128, the drain after each POST window,
+    the in-process ratio, and the gate (everything accepted stored once, PAID, and its webhooks
+    delivered). Every issue-27 target has a measured figure; none is judged here."""
+    results = tmp_path / "results"
+    command = [
+        sys.executable, str(RUN), "--quick", "--only", "onecore", "--results-dir", str(results),
+        "--workdir", str(tmp_path / "db"),
+    ]  # fmt: skip
+    done = subprocess.run(
+        command, cwd=ROOT, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180, check=False
+    )
+    assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout[-6000:]}\n{done.stderr[-6000:]}"
+    report = json.loads((results / "onecore.json").read_text())
+    gate = report["gate"]
+    assert gate["passed"], [c for c in gate["checks"] if not c["ok"]]
+    names = {c["name"] for c in gate["checks"]}
+    for check in (
+        "every payout stored once",
+        "accepted payouts are stored",
+        "balances conserved",
+        "ledger invariant",
+        "every payout PAID after the drain",
+        "webhook deliveries complete",
+    ):
+        assert f"onecore: {check}" in names
+    part = report["onecore"]
+    summary = {(row["target"], row["concurrency"]): row for row in part["summary"]}
+    for level in (32, 128):
+        for target in ("bare", "echo", "disburse", "getpayout", "getref"):
+            assert summary[(target, level)]["rps"]["median"] > 0
+        for target in ("disburse", "getpayout", "getref"):  # each against its baseline of the same round
+            assert summary[(target, level)]["ratio"]["median"] > 0
+    background = {row["concurrency"]: row for row in part["background"]}
+    for level in (32, 128):
+        assert background[level]["undrained_windows"] == 0
+        assert background[level]["drain_ratio"]["max"] >= 0
+        assert background[level]["end_to_end_per_s"]["median"] > 0
+    assert part["inprocess"]["ratio"] > 0
+    assert part["final"]["drained"] and part["final"]["unfinished"] == 0
+    targets = report["targets"]
+    assert len(targets) == 11 and all(t["value"] is not None and t["met"] is not None for t in targets)
+    text = (results / "onecore.md").read_text()
+    assert "one core: POST /v1/disburse vs echo, c=32" in text and "| end to end/s |" in text
