@@ -496,12 +496,20 @@ class Pump:
             self._listed_at = moment
         started: list[Due] = []
         waiting: list[Due] = []
+        full: set[str] = set()  # lanes found without room in this round: their other items wait too
         with self._lock:
-            for item in self._listed:
+            for place, item in enumerate(self._listed):
+                if self._fresh >= self._concurrency and self._slow >= self._slow_concurrency:
+                    waiting.extend(self._listed[place:])  # no room anywhere: the rest waits as it is
+                    break
+                if item.lane in full:
+                    waiting.append(item)
+                    continue
                 if item.key in self._flights:
                     continue  # being worked already: it is no longer waiting
                 slow = self._room(item.lane)
                 if slow is None:
+                    full.add(item.lane)
                     waiting.append(item)
                     continue
                 self._take(item, moment, slow=slow)

@@ -207,10 +207,13 @@ def _encode(value: Any) -> Any:
 
 
 def _decoder(tp: Any) -> Any:
+    """How a column's value becomes the record's, or None when it is taken as it comes."""
     origin = typing.get_origin(tp)
     if origin in (types.UnionType, typing.Union):
         (inner,) = [a for a in typing.get_args(tp) if a is not type(None)]
         decode = _decoder(inner)
+        if decode is None:
+            return None
         return lambda v: None if v is None else decode(v)
     if origin is frozenset:
         (item,) = typing.get_args(tp)
@@ -223,7 +226,7 @@ def _decoder(tp: Any) -> Any:
         return tp
     if tp is bool:
         return bool  # SQLite's 0/1, PostgreSQL's booleans
-    return lambda v: v
+    return None
 
 
 _STORED_AS_IS = (str, int, bool, str | None, int | None)  # column types the drivers take as they are
@@ -237,7 +240,9 @@ class Codec:
     table: str
     keys: tuple[str, ...]
     columns: tuple[str, ...]
-    decoders: tuple[Any, ...]
+    # the places of the columns that need decoding, with their decoders (the others are taken as
+    # they come: most columns, and decoding every one cost a listing of due work most of its time)
+    decoders: tuple[tuple[int, Any], ...]
     insert_sql: str
     upsert_sql: str
     update_sql: str
@@ -260,7 +265,9 @@ class Codec:
             table=table,
             keys=keys,
             columns=columns,
-            decoders=tuple(_decoder(hints[c]) for c in columns),
+            decoders=tuple(
+                (i, decode) for i, c in enumerate(columns) if (decode := _decoder(hints[c])) is not None
+            ),
             getter=operator.attrgetter(*columns),
             encoded=tuple(i for i, c in enumerate(columns) if hints[c] not in _STORED_AS_IS),
             update_order=tuple(
@@ -290,7 +297,12 @@ class Codec:
         return [row[place] for place in self.update_order]
 
     def decode(self, row: Sequence[Any]) -> Any:
-        return self.cls(*(d(v) for d, v in zip(self.decoders, row, strict=True)))
+        if len(row) != len(self.columns):
+            raise ValueError(f"{self.table}: a row of {len(row)} values for {len(self.columns)} columns")
+        values = list(row)
+        for place, decode in self.decoders:
+            values[place] = decode(values[place])
+        return self.cls(*values)
 
 
 _MERCHANTS = Codec.of(Merchant, "merchants", ("id",))
