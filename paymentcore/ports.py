@@ -711,6 +711,11 @@ class PartitionedStore(Store, Protocol):
         """A write transaction on ``merchant_id``'s partition: all or nothing, like ``transaction``."""
         ...
 
+    def transaction_for_many(self, merchant_ids: Sequence[str]) -> AbstractContextManager[UnitOfWork]:
+        """A write transaction on the partitions of several merchants at once (a worker's batch),
+        waiting for their writers and whole-store writers only."""
+        ...
+
 
 class StoreUnavailableError(Exception):
     """The store could not run a query (see :meth:`Store.ping`)."""

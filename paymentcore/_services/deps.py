@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -50,15 +50,18 @@ class Deps:
     _told: threading.local = attrs.field(factory=threading.local, init=False, repr=False)
 
     @contextlib.contextmanager
-    def transaction(self, merchant_id: str | None = None) -> Iterator[Transaction]:
+    def transaction(
+        self, merchant_id: str | None = None, *, merchants: Sequence[str] = ()
+    ) -> Iterator[Transaction]:
         """``store.transaction()``, and what :meth:`tell` is given inside reaches the observer once it
-        has committed (nothing when it rolls back). With ``merchant_id``, on a store partitioned by
-        merchant (``ports.PartitionedStore``), a transaction that waits only for that merchant's writers."""
+        has committed (nothing when it rolls back). With ``merchant_id`` (or ``merchants``: a worker's
+        batch), on a store partitioned by merchant (``ports.PartitionedStore``), a transaction that
+        waits only for those merchants' writers."""
         stack: list[list[Callable[[Observer], None]]] = self._told.__dict__.setdefault("stack", [])
         notes: list[Callable[[Observer], None]] = []
         stack.append(notes)
         try:
-            with self._open(merchant_id) as tx:
+            with self._open(merchant_id, merchants) as tx:
                 yield tx
         finally:
             stack.pop()
@@ -74,10 +77,15 @@ class Deps:
         (``ports.PartitionedStore``)."""
         return hasattr(self.store, "transaction_for")
 
-    def _open(self, merchant_id: str | None) -> AbstractContextManager[Transaction]:
-        if merchant_id is not None and self.partitioned:
+    def _open(self, merchant_id: str | None, merchants: Sequence[str]) -> AbstractContextManager[Transaction]:
+        if self.partitioned:
             partitioned: PartitionedStore = self.store  # type: ignore[assignment]
-            return partitioned.transaction_for(merchant_id)
+            if len(merchants) > 1 and hasattr(partitioned, "transaction_for_many"):
+                return partitioned.transaction_for_many(merchants)
+            if len(merchants) == 1:
+                return partitioned.transaction_for(merchants[0])
+            if merchant_id is not None and not merchants:
+                return partitioned.transaction_for(merchant_id)
         return self.store.transaction()
 
     def tell(self, note: Callable[[Observer], None]) -> None:

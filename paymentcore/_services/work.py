@@ -99,7 +99,7 @@ class Task(Protocol[ClaimT, OutcomeT]):
 
 
 def _unpartitioned(store: Store) -> Callable[..., AbstractContextManager[Transaction]]:
-    def write(merchant_id: str | None = None) -> AbstractContextManager[Transaction]:
+    def write(merchant_id: str | None = None, **_: Any) -> AbstractContextManager[Transaction]:
         return store.transaction()
 
     return write
@@ -131,9 +131,11 @@ class Runner(Generic[ClaimT, OutcomeT]):
         self._clock = clock
         self._lease_ms = lease_ms
         self._write = write if write is not None else _unpartitioned(store)
-        # a batch's writes are grouped by merchant only when the store's writers of different merchants
-        # need not wait for each other (ports.PartitionedStore); else one transaction for the batch
+        # on a store whose writers of different merchants need not wait for each other
+        # (ports.PartitionedStore) a batch's transaction takes the partitions of its items' merchants
+        # (all at once when the store can, else one transaction per merchant); else one transaction
         self._partitioned = write is not None and hasattr(store, "transaction_for")
+        self._many = self._partitioned and hasattr(store, "transaction_for_many")
         self._heartbeat = lease_ms / 3000  # seconds between renewals of a lease in use
         self._acting: dict[str, _Hold] = {}  # items whose action is under way here, and their leases
         self._acting_lock = threading.Lock()
@@ -234,14 +236,17 @@ class Runner(Generic[ClaimT, OutcomeT]):
         step: Callable[[Transaction, WorkT], Claimed[ClaimT] | None],
         isolate: bool,
     ) -> list[Claimed[ClaimT]]:
-        groups: dict[str | None, list[WorkT]] = {}
-        for item, one in work:
-            groups.setdefault(item.merchant if self._partitioned else None, []).append(one)
+        groups: dict[str | None, list[tuple[Due, WorkT]]] = {}
+        for item, one in work:  # one transaction per merchant only when the store cannot take several
+            groups.setdefault(item.merchant if self._partitioned and not self._many else None, []).append(
+                (item, one)
+            )
         out: list[Claimed[ClaimT]] = []
-        for merchant_id, batch in groups.items():
+        for batch in groups.values():
+            merchants = sorted({item.merchant for item, _ in batch if item.merchant is not None})
             try:
-                with self._write(merchant_id=merchant_id) as tx:
-                    results = [step(tx, one) for one in batch]
+                with self._write(merchant_id=None, merchants=merchants) as tx:
+                    results = [step(tx, one) for _, one in batch]
             except Exception:
                 if not isolate:
                     raise
@@ -250,9 +255,9 @@ class Runner(Generic[ClaimT, OutcomeT]):
                     continue
                 log.warning("%s: a batch of %d failed; writing it item by item", self.kind, len(batch))
                 results = []
-                for one in batch:
+                for item, one in batch:
                     try:
-                        with self._write(merchant_id=merchant_id) as tx:
+                        with self._write(merchant_id=item.merchant) as tx:
                             results.append(step(tx, one))
                     except Exception:
                         log.exception("%s: an item failed; it stays due", self.kind)

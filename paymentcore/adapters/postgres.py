@@ -31,7 +31,7 @@ import hashlib
 import re
 import secrets
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
 
@@ -272,7 +272,7 @@ class _PostgresRows(Rows):
         writable: bool,
         write_lock: int,
         rate_namespace: int,
-        partition: str | None = None,
+        partition: str | tuple[str, ...] | None = None,
         partitions: int = 0,
         pipeline: psycopg.Pipeline | None = None,
     ) -> None:
@@ -295,10 +295,15 @@ class _PostgresRows(Rows):
         if self.writable and not self._locked:
             if self.partition is None:  # the whole store: every other writer waits
                 self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._write_lock,))
-            else:  # one merchant's partition: only its writers (and whole-store writers) wait
+            else:  # merchants' partitions: only their writers (and whole-store writers) wait
+                merchants = (self.partition,) if isinstance(self.partition, str) else self.partition
+                # several merchants' locks in one order everywhere (their keys'), so two units of
+                # several merchants never hold one each of two locks the other waits for
+                halves = sorted({_lock_half("merchant", merchant) for merchant in merchants})
                 self.conn.execute(
-                    "SELECT pg_advisory_xact_lock_shared(%s), pg_advisory_xact_lock(%s, %s)",
-                    (self._write_lock, self._partitions, _lock_half("merchant", self.partition)),
+                    "SELECT pg_advisory_xact_lock_shared(%s)"
+                    + ", pg_advisory_xact_lock(%s, %s)" * len(halves),
+                    (self._write_lock, *(part for half in halves for part in (self._partitions, half))),
                 )
             self._locked = True
 
@@ -419,7 +424,7 @@ class PostgresStore:
 
     @contextmanager
     def _unit(
-        self, begin: str, *, writable: bool, partition: str | None = None
+        self, begin: str, *, writable: bool, partition: str | tuple[str, ...] | None = None
     ) -> Iterator[PostgresTransaction]:
         # in pipeline mode: a statement whose result nobody reads yet (BEGIN, the locks, an INSERT, the
         # COMMIT) is sent with the next one whose result is read, so a unit of work costs one round trip
@@ -479,6 +484,16 @@ class PostgresStore:
         different merchants moves side by side; rows they share (a payout, an event) are locked row by
         row (``FOR UPDATE``), balances by their conditional update."""
         with self._unit("BEGIN ISOLATION LEVEL READ COMMITTED", writable=True, partition=merchant_id) as tx:
+            yield tx
+
+    @contextmanager
+    def transaction_for_many(self, merchant_ids: Sequence[str]) -> Iterator[PostgresTransaction]:
+        """One write transaction on several merchants' partitions (the worker's batch of items of
+        several merchants): their locks taken in one statement, in one order for every unit."""
+        partition = tuple(sorted(set(merchant_ids)))
+        if not partition:
+            raise ValueError("transaction_for_many needs at least one merchant")
+        with self._unit("BEGIN ISOLATION LEVEL READ COMMITTED", writable=True, partition=partition) as tx:
             yield tx
 
     @contextmanager

@@ -35,7 +35,7 @@ class Transactions:
         self.count = 0
         self._lock = threading.Lock()
         store = core.store
-        for name in ("transaction", "transaction_for"):
+        for name in ("transaction", "transaction_for", "transaction_for_many"):
             opener = getattr(store, name, None)
             if opener is not None:
                 monkeypatch.setattr(store, name, self._counting(opener))
@@ -167,3 +167,24 @@ def test_the_running_worker_uses_fewer_transactions_than_payouts(
         _check_money(core, merchant_id, 120)
     finally:
         core.close()
+
+
+def test_a_batch_of_several_merchants_items_is_one_transaction(
+    core: PaymentCore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # on PostgreSQL the unit takes those merchants' partitions together (transaction_for_many)
+    made = [_payouts(core, 4) for _ in range(3)]
+    runner = core.disburse.runner
+    counted = Transactions(core, monkeypatch)
+    due = runner.due(100)
+    assert len({item.merchant for item in due}) == 3
+    claimed = runner.claim_many(due)
+    assert counted.count == 1 and len(claimed) == 12
+    sent = [(one, outcome) for one in claimed if (outcome := runner.act(one)) is not None]
+    checks = runner.record_many(sent)
+    answers = [(one, outcome) for one in checks if (outcome := runner.act(one)) is not None]
+    assert runner.record_many(answers) == []
+    assert counted.count == 3
+    for merchant_id, references in made:
+        assert {core.disburse.get(merchant_id, ref).status for ref in references} == {PayoutStatus.PAID}
+        _check_money(core, merchant_id, 4)

@@ -75,6 +75,34 @@ def test_a_merchants_writer_waits_only_for_its_merchant_and_for_whole_store_writ
         store.close()
 
 
+def test_a_batch_of_several_merchants_holds_back_those_merchants_only(tmp_path: Path) -> None:
+    """The worker writes a batch of items of several merchants in one unit (transaction_for_many): it
+    waits for, and holds back, the writers of those merchants alone."""
+    store = PostgresStore(postgres_url(tmp_path), pool_size=6)
+    try:
+        inside, release = threading.Event(), threading.Event()
+
+        def hold_batch() -> None:
+            with store.transaction_for_many(["mer_b", "mer_a", "mer_a"]) as tx:
+                tx.idempotency.purge(0)
+                inside.set()
+                release.wait(WAIT)
+
+        holder = threading.Thread(target=hold_batch)
+        holder.start()
+        assert inside.wait(WAIT)
+        a, b, c = threading.Event(), threading.Event(), threading.Event()
+        threads = [_writer(store, "mer_a", a), _writer(store, "mer_b", b), _writer(store, "mer_c", c)]
+        assert c.wait(WAIT), "a merchant outside the batch waited for it"
+        assert not a.wait(0.5) and not b.is_set()  # both merchants of the batch wait for it
+        release.set()
+        assert a.wait(WAIT) and b.wait(WAIT)
+        for thread in [holder, *threads]:
+            thread.join(WAIT)
+    finally:
+        store.close()
+
+
 def test_a_whole_store_writer_holds_back_every_merchant(tmp_path: Path) -> None:
     store = PostgresStore(postgres_url(tmp_path), pool_size=4)
     try:
