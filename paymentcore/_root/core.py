@@ -53,10 +53,10 @@ LEASE_KEEP_MS = 3_600_000  # lease rows that ran out an hour ago are dropped (a 
 
 
 def _default_sender(config: Config | None = None) -> WebhookSender:
-    from paymentcore.adapters.httpx_sender import HttpxWebhookSender
+    from paymentcore.adapters.http_sender import HttpWebhookSender
 
     per_endpoint = (config or Config()).delivery_per_endpoint
-    return HttpxWebhookSender(per_endpoint=per_endpoint)
+    return HttpWebhookSender(per_endpoint=per_endpoint)
 
 
 class PaymentCore:

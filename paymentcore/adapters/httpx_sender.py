@@ -30,19 +30,26 @@ one is closed beyond that.
 from __future__ import annotations
 
 import contextlib
-import email.utils
 import ipaddress
-import math
-import re
 import ssl
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from datetime import UTC
 
 import httpx
 
+from paymentcore.adapters.http_sender import (
+    DEFAULT_USER_AGENT,
+    MAX_BODY,
+    MAX_RETRY_AFTER,
+    OWNED_HEADERS,
+    RETRY_AFTER_STATUSES,
+    check_target,
+    describe,
+    host_header,
+    parse_retry_after,
+)
 from paymentcore.ports import DeliveryResult, DeliveryTarget
 
 __all__ = [
@@ -52,68 +59,6 @@ __all__ = [
     "HttpxWebhookSender",
     "parse_retry_after",
 ]
-
-DEFAULT_USER_AGENT = "paymentcore-webhooks/0.1"
-MAX_RETRY_AFTER = 86_400  # a day: a longer Retry-After is clamped, the caller's schedule decides anyway
-#: bytes of a response body read so that its connection can serve the next delivery; a longer body
-#: closes the connection instead (the status is all a delivery needs)
-MAX_BODY = 65_536
-
-_DEFAULT_PORTS = {"http": 80, "https": 443}
-_RETRY_AFTER_STATUSES = frozenset({429, 503})
-# Headers the sender owns: a caller's copy is dropped rather than sent twice or trusted.
-_OWNED_HEADERS = frozenset(
-    {
-        "host",
-        "content-type",
-        "content-length",
-        "transfer-encoding",
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "te",
-        "upgrade",
-        "expect",
-    }
-)
-_SECONDS = re.compile(r"[0-9]+")
-
-
-def parse_retry_after(value: str | None, now: float) -> int | None:
-    """Seconds to wait from a ``Retry-After`` value (delay-seconds or an HTTP date), or None.
-
-    ``now`` is the current Unix time in seconds; a date in the past gives 0. The answer is clamped to
-    :data:`MAX_RETRY_AFTER`.
-    """
-    if value is None:
-        return None
-    text = value.strip()
-    if _SECONDS.fullmatch(text):
-        return MAX_RETRY_AFTER if len(text) > 9 else min(int(text), MAX_RETRY_AFTER)
-    try:
-        when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError, OverflowError):
-        return None
-    if when.tzinfo is None:  # "-0000" or no zone: HTTP dates are always GMT
-        when = when.replace(tzinfo=UTC)
-    try:
-        delay = math.ceil(when.timestamp() - now)
-    except (OverflowError, ValueError):
-        return None
-    return min(max(delay, 0), MAX_RETRY_AFTER)
-
-
-def _host_header(target: DeliveryTarget) -> str:
-    host = f"[{target.host}]" if ":" in target.host else target.host
-    if target.port == _DEFAULT_PORTS.get(target.scheme):
-        return host
-    return f"{host}:{target.port}"
-
-
-def _describe(exc: Exception) -> str:
-    detail = str(exc).strip()
-    name = type(exc).__name__
-    return f"{name}: {detail[:200]}" if detail else name
 
 
 class HttpxWebhookSender:
@@ -200,23 +145,16 @@ class HttpxWebhookSender:
         self, target: DeliveryTarget, headers: Mapping[str, str], body: bytes, timeout: float
     ) -> DeliveryResult:
         """POST ``body`` to ``target.address``; never follows a redirect, never raises for the network."""
-        try:
-            address = ipaddress.ip_address(target.address)
-        except ValueError:
-            return DeliveryResult(status=None, error="the delivery target has no valid IP address")
-        if isinstance(address, ipaddress.IPv6Address) and address.scope_id is not None:
-            return DeliveryResult(status=None, error="the delivery target address carries a zone id")
-        if target.scheme not in _DEFAULT_PORTS:
-            return DeliveryResult(status=None, error="the delivery target scheme is not http or https")
-        if not target.target.startswith("/"):
-            return DeliveryResult(status=None, error="the delivery target path must start with /")
-
+        refused = check_target(target)
+        if refused is not None:
+            return DeliveryResult(status=None, error=refused)
+        address = ipaddress.ip_address(target.address)
         literal = f"[{address}]" if address.version == 6 else str(address)
         url = f"{target.scheme}://{literal}:{target.port}{target.target}"
         request_headers = {
-            name: value for name, value in headers.items() if name.lower() not in _OWNED_HEADERS
+            name: value for name, value in headers.items() if name.lower() not in OWNED_HEADERS
         }
-        request_headers["Host"] = _host_header(target)
+        request_headers["Host"] = host_header(target)
         request_headers["Content-Type"] = "application/json"
         extensions = {"sni_hostname": target.host} if target.scheme == "https" else {}
 
@@ -246,11 +184,11 @@ class HttpxWebhookSender:
         except httpx.TimeoutException:
             return DeliveryResult(status=None, error=f"no response within {timeout:g} seconds")
         except (httpx.HTTPError, httpx.InvalidURL, OSError) as exc:
-            return DeliveryResult(status=None, error=_describe(exc))
+            return DeliveryResult(status=None, error=describe(exc))
 
         status = response.status_code
         retry_after = None
-        if status in _RETRY_AFTER_STATUSES:
+        if status in RETRY_AFTER_STATUSES:
             retry_after = parse_retry_after(response.headers.get("Retry-After"), self._clock())
         with contextlib.suppress(httpx.HTTPError, OSError):
             _drain(response, deadline)

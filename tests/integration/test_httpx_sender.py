@@ -1,5 +1,6 @@
-"""HttpxWebhookSender against a real local HTTP server: delivery, redirects, Retry-After, timeouts and
-the DNS-rebinding guarantee (the sender connects to the checked address and never resolves again)."""
+"""The webhook senders (HttpWebhookSender, the default, and HttpxWebhookSender) against a real local
+HTTP server: delivery, redirects, Retry-After, timeouts, kept connections and the DNS-rebinding
+guarantee (the sender connects to the checked address and never resolves again)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from paymentcore._services.urlsafety import check_webhook_url
-from paymentcore.adapters.httpx_sender import MAX_BODY, HttpxWebhookSender
+from paymentcore.adapters.http_sender import MAX_BODY, HttpWebhookSender
+from paymentcore.adapters.httpx_sender import HttpxWebhookSender
 from paymentcore.ports import DeliveryTarget, WebhookSender
 
 PUBLIC_V4 = "93.184.216.34"
@@ -113,9 +115,20 @@ def server() -> Iterator[RecordingServer]:
     yield from serve(RecordingServer())
 
 
+Sender = HttpWebhookSender | HttpxWebhookSender
+SENDERS: dict[str, type[Sender]] = {"http.client": HttpWebhookSender, "httpx": HttpxWebhookSender}
+
+
+@pytest.fixture(params=sorted(SENDERS))
+def sender_class(request: pytest.FixtureRequest) -> type[Sender]:
+    """Both senders: the default one on http.client and the one on httpx, held to the same tests."""
+    made: type[Sender] = SENDERS[request.param]
+    return made
+
+
 @pytest.fixture
-def sender() -> Iterator[HttpxWebhookSender]:
-    client = HttpxWebhookSender(clock=lambda: RETRY_DATE - 120.0)
+def sender(sender_class: type[Sender]) -> Iterator[Sender]:
+    client = sender_class(clock=lambda: RETRY_DATE - 120.0)
     try:
         yield client
     finally:
@@ -164,7 +177,7 @@ class FlippingResolver:
 
 
 def test_send_delivers_body_and_headers_under_the_original_host(
-    server: RecordingServer, sender: HttpxWebhookSender, monkeypatch: pytest.MonkeyPatch
+    server: RecordingServer, sender: Sender, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     lookups = NoLookups("hooks.test")
     monkeypatch.setattr(socket, "getaddrinfo", lookups)
@@ -189,7 +202,7 @@ def test_send_delivers_body_and_headers_under_the_original_host(
 
 
 def test_a_default_port_is_left_out_of_the_host_header(
-    server: RecordingServer, sender: HttpxWebhookSender, monkeypatch: pytest.MonkeyPatch
+    server: RecordingServer, sender: Sender, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Pretend the server listens on 80 by rewriting where the connection really goes.
     real_connect = socket.create_connection
@@ -216,9 +229,7 @@ def test_a_default_port_is_left_out_of_the_host_header(
 # --- (b) redirects --------------------------------------------------------------------------------
 
 
-def test_a_redirect_is_a_failure_and_is_not_followed(
-    server: RecordingServer, sender: HttpxWebhookSender
-) -> None:
+def test_a_redirect_is_a_failure_and_is_not_followed(server: RecordingServer, sender: Sender) -> None:
     result = sender.send(local_target(server, "/redirect"), {}, b"{}", 2.0)
     assert result.status == 302
     assert not result.ok
@@ -230,12 +241,12 @@ def test_a_redirect_is_a_failure_and_is_not_followed(
 # --- (c) Retry-After ------------------------------------------------------------------------------
 
 
-def test_503_retry_after_seconds(server: RecordingServer, sender: HttpxWebhookSender) -> None:
+def test_503_retry_after_seconds(server: RecordingServer, sender: Sender) -> None:
     result = sender.send(local_target(server, "/busy"), {}, b"{}", 2.0)
     assert (result.status, result.retry_after, result.ok) == (503, 7, False)
 
 
-def test_429_retry_after_http_date(server: RecordingServer, sender: HttpxWebhookSender) -> None:
+def test_429_retry_after_http_date(server: RecordingServer, sender: Sender) -> None:
     result = sender.send(local_target(server, "/limited"), {}, b"{}", 2.0)
     assert (result.status, result.retry_after) == (429, 120)
 
@@ -243,7 +254,7 @@ def test_429_retry_after_http_date(server: RecordingServer, sender: HttpxWebhook
 # --- (d) no answer --------------------------------------------------------------------------------
 
 
-def test_a_slow_server_times_out_without_raising(server: RecordingServer, sender: HttpxWebhookSender) -> None:
+def test_a_slow_server_times_out_without_raising(server: RecordingServer, sender: Sender) -> None:
     started = time.monotonic()
     result = sender.send(local_target(server, "/slow"), {}, b"{}", 0.3)
     elapsed = time.monotonic() - started
@@ -253,7 +264,7 @@ def test_a_slow_server_times_out_without_raising(server: RecordingServer, sender
     assert elapsed < 2.0
 
 
-def test_a_refused_connection_is_reported_not_raised(sender: HttpxWebhookSender) -> None:
+def test_a_refused_connection_is_reported_not_raised(sender: Sender) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = int(probe.getsockname()[1])
@@ -270,7 +281,7 @@ def test_a_refused_connection_is_reported_not_raised(sender: HttpxWebhookSender)
     assert result.error
 
 
-def test_a_target_without_an_ip_address_is_reported(sender: HttpxWebhookSender) -> None:
+def test_a_target_without_an_ip_address_is_reported(sender: Sender) -> None:
     target = DeliveryTarget(
         url="http://hooks.test/", scheme="http", host="hooks.test", port=80, target="/", address="hooks.test"
     )
@@ -283,7 +294,7 @@ def test_a_target_without_an_ip_address_is_reported(sender: HttpxWebhookSender) 
 
 
 def test_dns_rebinding_cannot_redirect_the_delivery(
-    server: RecordingServer, sender: HttpxWebhookSender, monkeypatch: pytest.MonkeyPatch
+    server: RecordingServer, sender: Sender, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # First answer public (passes the check), every later answer loopback (where the attacker aims).
     resolver = FlippingResolver([PUBLIC_V4], ["127.0.0.1"])
@@ -310,7 +321,7 @@ def test_dns_rebinding_cannot_redirect_the_delivery(
 
 
 def test_the_pinned_address_is_what_receives_the_delivery(
-    server: RecordingServer, sender: HttpxWebhookSender, monkeypatch: pytest.MonkeyPatch
+    server: RecordingServer, sender: Sender, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Local-development variant: the check pins 127.0.0.1 (our server); the name later points elsewhere.
     resolver = FlippingResolver(["127.0.0.1"], ["10.255.255.1"])
@@ -423,11 +434,11 @@ def tls_target(server: RecordingServer, host: str) -> DeliveryTarget:
 
 
 def test_https_verifies_the_registered_name_on_the_pinned_address(
-    tls_server: RecordingServer, pki: Pki, monkeypatch: pytest.MonkeyPatch
+    tls_server: RecordingServer, pki: Pki, monkeypatch: pytest.MonkeyPatch, sender_class: type[Sender]
 ) -> None:
     lookups = NoLookups("hooks.test", "other.test")
     monkeypatch.setattr(socket, "getaddrinfo", lookups)
-    sender = HttpxWebhookSender(verify=pki.client)
+    sender = sender_class(verify=pki.client)
     try:
         result = sender.send(tls_target(tls_server, "hooks.test"), {}, b"{}", 2.0)
         assert result.status == 200
@@ -506,7 +517,7 @@ def _target(server: KeepAliveServer, path: str, host: str = "hooks.test") -> Del
 
 
 def test_deliveries_to_one_endpoint_share_one_kept_alive_connection(
-    keepalive_server: KeepAliveServer, sender: HttpxWebhookSender
+    keepalive_server: KeepAliveServer, sender: Sender
 ) -> None:
     for _ in range(5):
         assert sender.send(_target(keepalive_server, "/hook"), {}, b"{}", 2.0).ok
@@ -515,7 +526,7 @@ def test_deliveries_to_one_endpoint_share_one_kept_alive_connection(
 
 
 def test_a_connection_is_never_shared_by_two_names_on_one_address(
-    keepalive_server: KeepAliveServer, sender: HttpxWebhookSender
+    keepalive_server: KeepAliveServer, sender: Sender
 ) -> None:
     for host in ("one.test", "two.test", "one.test", "two.test"):
         assert sender.send(_target(keepalive_server, "/hook", host), {}, b"{}", 2.0).ok
@@ -525,9 +536,30 @@ def test_a_connection_is_never_shared_by_two_names_on_one_address(
 
 
 def test_a_response_body_too_large_to_read_closes_its_connection(
-    keepalive_server: KeepAliveServer, sender: HttpxWebhookSender
+    keepalive_server: KeepAliveServer, sender: Sender
 ) -> None:
     for _ in range(2):
         result = sender.send(_target(keepalive_server, "/big"), {}, b"{}", 2.0)
         assert result.ok and result.status == 200
     assert len(set(keepalive_server.ports)) == 2  # not read to its end: the connection is not reused
+
+
+def test_a_delivery_that_finds_its_endpoints_connections_busy_is_not_an_attempt(
+    server: RecordingServer, sender_class: type[Sender]
+) -> None:
+    sender = sender_class(per_endpoint=1)
+    try:
+        first = threading.Thread(target=sender.send, args=(local_target(server, "/slow"), {}, b"{}", 5.0))
+        first.start()
+        deadline = time.monotonic() + 5
+        while not server.seen and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert server.seen  # the first delivery holds the endpoint's only connection
+        second = sender.send(local_target(server, "/slow"), {}, b"{}", 0.3)
+        assert second.status is None and not second.attempted  # never left: nothing to record
+        server.release.set()
+        first.join(5.0)
+        assert len(server.seen) == 1
+    finally:
+        server.release.set()
+        sender.close()
