@@ -480,6 +480,19 @@ class Event:
     resend_at: int | None = None  # a queued manual redelivery is due then (or leased until then)
 
 
+#: a payout's and an event's columns that never change once written: an update leaves them as they
+#: were stored (the SQL stores do not set them; the memory store refuses an update that changes one)
+PAYOUT_FIXED = ("merchant_id", "amount", "currency", "phone", "country", "provider", "created_at", "batch_id")
+EVENT_FIXED = ("merchant_id", "type", "data", "created_at")
+
+
+def check_fixed(stored: Any, record: Any, fixed: tuple[str, ...]) -> None:
+    """Raise ValueError when ``record`` changes a column of ``fixed`` from what is ``stored``."""
+    changed = [name for name in fixed if getattr(stored, name) != getattr(record, name)]
+    if changed:
+        raise ValueError(f"{type(record).__name__}: {', '.join(changed)} never change once written")
+
+
 @attrs.frozen
 class Delivery:
     """One delivery attempt of an event, written with the attempt's outcome."""

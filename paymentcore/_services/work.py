@@ -406,6 +406,7 @@ class Pump:
         interval: float = 0.2,
         scan: int | None = None,
         max_lanes: int = 10_000,
+        gather: float = 0.002,
     ) -> None:
         self.name = name
         self._runner = runner
@@ -420,6 +421,7 @@ class Pump:
         # once would decode rows that mostly wait for the next listing
         self._scan = scan if scan is not None else min(1000, 4 * (concurrency + self._slow_concurrency))
         self._max_lanes = max_lanes
+        self._gather = gather
         self._lock = threading.Lock()
         self._flights: dict[str, _Flight] = {}
         self._lanes: OrderedDict[str, _Lane] = OrderedDict()  # least recently used first
@@ -487,7 +489,10 @@ class Pump:
                 log.exception("%s: worker round failed", self.name)
                 started = 0
             if not started:
-                self._wake.wait(self._interval)
+                if self._wake.wait(self._interval) and self._gather:
+                    # items finish one by one: the slots freed within a moment are filled together
+                    # (one claim transaction for them) rather than one claim per finished item
+                    self._stop.wait(self._gather)
                 self._wake.clear()
 
     def round(self) -> int:

@@ -17,6 +17,8 @@ from typing import Any, TypeVar
 import attrs
 
 from paymentcore._domain.models import (
+    EVENT_FIXED,
+    PAYOUT_FIXED,
     ApiKey,
     Balance,
     BatchTally,
@@ -37,6 +39,7 @@ from paymentcore._domain.models import (
     StoredOperator,
     StoredSession,
     WebhookEndpoint,
+    check_fixed,
 )
 from paymentcore._domain.queries import (
     BATCH_OPEN_STATUSES,
@@ -350,6 +353,9 @@ class _Payouts(_Repository):
             self.add(payout)
 
     def update(self, payout: Payout) -> None:
+        stored = self._t.get("payouts", payout.reference)
+        if stored is not None:
+            check_fixed(stored, payout, PAYOUT_FIXED)
         self._t.update("payouts", payout.reference, payout)
 
     def due(self, now: int, limit: int) -> list[Payout]:
@@ -627,6 +633,9 @@ class _Outbox(_Repository):
         return event
 
     def update(self, event: Event) -> None:
+        stored = self._t.get("events", event.id)
+        if stored is not None:
+            check_fixed(stored, event, EVENT_FIXED)
         self._t.update("events", event.id, event)
 
     def due(self, now: int, limit: int, *, per_lane: int | None = None) -> list[Event]:

@@ -28,6 +28,8 @@ import attrs
 
 from paymentcore._domain import wire
 from paymentcore._domain.models import (
+    EVENT_FIXED,
+    PAYOUT_FIXED,
     ApiKey,
     Balance,
     BatchTally,
@@ -251,15 +253,22 @@ class Codec:
     # insert of many rows spends its time here otherwise)
     getter: Any
     encoded: tuple[int, ...]
-    update_order: tuple[int, ...]
+    # an update's values, in its statement's order (the columns it sets, then the keys), and the places
+    # among them that _encode converts: columns fixed once written are neither set nor encoded again
+    update_getter: Any
+    update_encoded: tuple[int, ...]
 
     @classmethod
-    def of(cls, record: type[Any], table: str, keys: tuple[str, ...]) -> Codec:
+    def of(cls, record: type[Any], table: str, keys: tuple[str, ...], fixed: tuple[str, ...] = ()) -> Codec:
+        """``fixed``: columns a record never changes once written (an update leaves them out)."""
         hints = typing.get_type_hints(record)
         columns = tuple(f.name for f in attrs.fields(record))
         names = ", ".join(columns)
         marks = ", ".join("?" for _ in columns)
         others = [c for c in columns if c not in keys]
+        assert set(fixed) <= set(others), fixed
+        changing = [c for c in others if c not in fixed]
+        updated = [*changing, *keys]
         return cls(
             cls=record,
             table=table,
@@ -270,9 +279,8 @@ class Codec:
             ),
             getter=operator.attrgetter(*columns),
             encoded=tuple(i for i, c in enumerate(columns) if hints[c] not in _STORED_AS_IS),
-            update_order=tuple(
-                [i for i, c in enumerate(columns) if c not in keys] + [columns.index(k) for k in keys]
-            ),
+            update_getter=operator.attrgetter(*updated),
+            update_encoded=tuple(i for i, c in enumerate(updated) if hints[c] not in _STORED_AS_IS),
             insert_sql=f"INSERT INTO {table} ({names}) VALUES ({marks})",
             upsert_sql=(
                 f"INSERT INTO {table} ({names}) VALUES ({marks}) "
@@ -280,7 +288,7 @@ class Codec:
                 + ", ".join(f"{c} = excluded.{c}" for c in others)
             ),
             update_sql=(
-                f"UPDATE {table} SET {', '.join(f'{c} = ?' for c in others)}"
+                f"UPDATE {table} SET {', '.join(f'{c} = ?' for c in changing)}"
                 f" WHERE {' AND '.join(f'{k} = ?' for k in keys)}"
             ),
             select_sql=f"SELECT {names} FROM {table}",
@@ -293,8 +301,10 @@ class Codec:
         return row
 
     def update_values(self, record: Any) -> list[Any]:
-        row = self.values(record)
-        return [row[place] for place in self.update_order]
+        row = list(self.update_getter(record))
+        for place in self.update_encoded:
+            row[place] = _encode(row[place])
+        return row
 
     def decode(self, row: Sequence[Any]) -> Any:
         if len(row) != len(self.columns):
@@ -309,12 +319,17 @@ _MERCHANTS = Codec.of(Merchant, "merchants", ("id",))
 _KEYS = Codec.of(ApiKey, "api_keys", ("id",))
 _LIMITS = Codec.of(PayoutLimits, "payout_limits", ("merchant_id", "currency"))
 _COLLECTIONS = Codec.of(Collection, "collections", ("reference",))
-_PAYOUTS = Codec.of(Payout, "payouts", ("reference",))
+_PAYOUTS = Codec.of(
+    Payout,
+    "payouts",
+    ("reference",),
+    fixed=PAYOUT_FIXED,
+)
 _BATCHES = Codec.of(PayoutBatch, "payout_batches", ("id",))
 _BALANCES = Codec.of(Balance, "balances", ("merchant_id", "currency"))
 _ENTRIES = Codec.of(LedgerEntry, "ledger_entries", ("id",))
 _WEBHOOKS = Codec.of(WebhookEndpoint, "webhooks", ("merchant_id",))
-_EVENTS = Codec.of(Event, "events", ("id",))
+_EVENTS = Codec.of(Event, "events", ("id",), fixed=EVENT_FIXED)
 _IDEMPOTENCY = Codec.of(IdempotencyRecord, "idempotency", ("merchant_id", "key"))
 _DELIVERIES = Codec.of(Delivery, "deliveries", ("id",))
 _OPERATORS = Codec.of(StoredOperator, "operators", ("id",))

@@ -513,6 +513,23 @@ def test_payout_duplicate_insert_raises_and_keeps_the_first(store: Store) -> Non
         assert tx.payouts.get("PO-DUP") == first
 
 
+def test_a_payouts_fixed_columns_keep_their_stored_values(store: Store) -> None:
+    """What a payout was created with (merchant, amount, currency, phone, ...) never changes: the SQL
+    stores do not write those columns again on an update, and the reference store (memory) refuses an
+    update that would change one, so a service that tried is caught by the tests on any store."""
+    with store.transaction() as tx:
+        tx.payouts.add(payout("PO-FIX", amount=1000))
+    changed = attrs.evolve(payout("PO-FIX", amount=1000), amount=5, status=PayoutStatus.SENT)
+    try:
+        with store.transaction() as tx:
+            tx.payouts.update(changed)
+    except ValueError as refused:
+        assert isinstance(store, MemoryStore) and "amount" in str(refused)
+    with store.read() as tx:
+        stored = tx.payouts.get("PO-FIX")
+    assert stored is not None and stored.amount == 1000
+
+
 def test_payout_update_of_missing_row_raises_key_error(store: Store) -> None:
     with pytest.raises(KeyError), store.transaction() as tx:
         tx.payouts.update(payout("PO-NOPE"))

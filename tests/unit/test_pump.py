@@ -186,3 +186,57 @@ def test_more_hanging_lanes_than_fresh_slots_leave_a_healthy_lane_a_free_slot() 
     finally:
         runner.release.set()
         pump.stop()
+
+
+class BatchCounting(Runner[str, str]):
+    """Counts the items of every claim and every record call; actions wait for a release."""
+
+    def __init__(self, count: int) -> None:
+        self.items = {f"item-{n}": f"lane-{n % 4}" for n in range(count)}
+        self.claims: list[int] = []
+        self.records: list[int] = []
+        self.recorded: set[str] = set()
+        self.lock = threading.Lock()
+        self.release = threading.Event()
+
+    def due(self, limit: int) -> Sequence[Due]:
+        with self.lock:
+            done = set(self.recorded)
+        return [Due(key, lane) for key, lane in self.items.items() if key not in done][:limit]
+
+    def claim_many(self, items: Sequence[Due], *, isolate: bool = True) -> list[Claimed[str]]:
+        with self.lock:
+            self.claims.append(len(items))
+        return [Claimed(item, item.key, 0) for item in items]
+
+    def act(self, claimed: Claimed[str]) -> str | None:
+        self.release.wait(DEADLINE)
+        return "sent"
+
+    def record_many(
+        self, learnt: Sequence[tuple[Claimed[str], str]], *, max_steps: int = 3, isolate: bool = True
+    ) -> list[Claimed[str]]:
+        time.sleep(0.05)  # a write transaction: the outcomes finished meanwhile wait for the next one
+        with self.lock:
+            self.records.append(len(learnt))
+            self.recorded.update(one.item.key for one, _ in learnt)
+        return []
+
+
+def test_a_round_claims_its_items_together_and_outcomes_are_recorded_many_at_a_time() -> None:
+    runner = BatchCounting(12)
+    pump = Pump(runner, name="test", concurrency=12, per_lane=3, interval=0.05)
+    pump.start()
+    try:
+        deadline = time.monotonic() + DEADLINE
+        while pump.in_flight < 12 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert runner.claims == [12]  # one round started all twelve: one claim of twelve
+        runner.release.set()  # every action ends at once
+        while len(runner.recorded) < 12 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sum(runner.records) == 12
+        assert len(runner.records) <= 3, runner.records  # the first alone, then the rest together
+    finally:
+        runner.release.set()
+        pump.stop()
