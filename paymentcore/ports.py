@@ -2,9 +2,8 @@
 
 Services depend on these protocols only. Adapters implement them: ``MemoryStore``, ``SqliteStore`` and
 ``PostgresStore`` (storage), ``SystemClock`` and ``FakeClock``, ``RandomReferences``, ``SandboxNetwork``,
-``HttpWebhookSender`` (and ``HttpxWebhookSender``) and ``StaticExchangeRates``. Nothing here names a
-database, a framework or a transport, so another storage engine or a real network adapter slots in
-without touching a service.
+``HttpWebhookSender`` and ``StaticExchangeRates``. Nothing here names a database, a framework or a
+transport, so another storage engine or a real network adapter slots in without touching a service.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The webhook sender on the standard library's ``http.client``: POST to the checked address, never
-anywhere else. The default sender (``HttpxWebhookSender`` in ``httpx_sender`` is the same on httpx).
+anywhere else (``httpx_sender.HttpxWebhookSender``, its earlier name, is the same class).
 
 The URL was checked (and its name resolved) once, by
 :func:`paymentcore._services.urlsafety.check_webhook_url`, which pinned the address in
@@ -15,8 +15,9 @@ Connections are partitioned by endpoint (scheme, address, port, name and path): 
 two names on one address. A delivery that finds every connection of its endpoint in use waits up to
 its timeout, and if none comes free the request never left: the result says it was not attempted.
 At most ``max_endpoints`` endpoints are kept; the least recently used idle one is closed beyond that.
-Why not httpx here: a delivery through ``httpx.Client`` cost about four times the CPU of the same POST
-through ``http.client`` (docs/decisions.md), and the worker sends two per payout.
+Why not httpx (the earlier sender's library): a delivery through ``httpx.Client`` cost about three
+times the CPU of the same POST through ``http.client`` (docs/decisions.md), and the worker sends two
+per payout.
 """
 
 from __future__ import annotations

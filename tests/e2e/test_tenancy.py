@@ -40,7 +40,7 @@ from starlette.testclient import TestClient
 
 from paymentcore import Config, FakeClock, PaymentCore, RandomReferences, SandboxNetwork
 from paymentcore._domain.models import DeliveryStatus
-from paymentcore.adapters.httpx_sender import HttpxWebhookSender
+from paymentcore.adapters.http_sender import HttpWebhookSender
 from paymentcore.testing import CapturingSender, fund, public_resolver
 from paymentcore_server.app import create_app
 
@@ -456,7 +456,7 @@ def test_no_key_or_signing_secret_reaches_logs_error_bodies_or_later_responses(
         tmp_path / "secrets.db",
         clock=clock,
         network=SandboxNetwork(delay_seconds=0),
-        sender=HttpxWebhookSender(),
+        sender=HttpWebhookSender(),
         config=Config(
             sandbox_delay=0, allow_private_webhooks=True, webhook_retry_delays=(1,), webhook_jitter=0.0
         ),

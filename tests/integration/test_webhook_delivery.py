@@ -28,7 +28,7 @@ from paymentcore import (
     WebhookVerificationError,
     verify_webhook,
 )
-from paymentcore.adapters.httpx_sender import HttpxWebhookSender
+from paymentcore.adapters.http_sender import HttpWebhookSender
 from paymentcore.testing import fund
 
 COLLECT_FIELDS = {
@@ -209,7 +209,7 @@ def shop(receiver: Receiver) -> Iterator[Shop]:
     core = PaymentCore.memory(
         clock=clock,
         network=SandboxNetwork(delay_seconds=0),
-        sender=HttpxWebhookSender(),
+        sender=HttpWebhookSender(),
         config=config,
     )
     try:
@@ -462,7 +462,7 @@ def test_a_non_2xx_answer_is_retried_with_the_same_event_id(receiver: Receiver) 
         sandbox_delay=0, webhook_jitter=0.0, webhook_retry_delays=(5,), allow_private_webhooks=True
     )
     core = PaymentCore.memory(
-        clock=clock, network=SandboxNetwork(delay_seconds=0), sender=HttpxWebhookSender(), config=config
+        clock=clock, network=SandboxNetwork(delay_seconds=0), sender=HttpWebhookSender(), config=config
     )
     try:
         merchant = core.operator.create_merchant("Retry Shop")
