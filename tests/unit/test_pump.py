@@ -16,7 +16,19 @@ from paymentcore._services.work import Claimed, Due, Pump, Runner
 DEADLINE = 10.0
 
 
-class CountingRunner(Runner[str, str]):
+class InstantBatches(Runner[str, str]):
+    """No store: every item listed is claimed, and recording an outcome has no next step."""
+
+    def claim_many(self, items: Sequence[Due], *, isolate: bool = True) -> list[Claimed[str]]:
+        return [Claimed(item, item.key, 0) for item in items]
+
+    def record_many(
+        self, learnt: Sequence[tuple[Claimed[str], str]], *, max_steps: int = 3, isolate: bool = True
+    ) -> list[Claimed[str]]:
+        return []
+
+
+class CountingRunner(InstantBatches):
     """Work items ``item-0`` ... whose lanes are given; an item's action finishes it at once."""
 
     def __init__(self, lanes: Sequence[str], *, slow_lane: str | None = None) -> None:
@@ -34,14 +46,6 @@ class CountingRunner(Runner[str, str]):
             finished = set(self.done)
         pending = [Due(key, lane) for key, lane in self.items.items() if key not in finished]
         return pending[:limit]
-
-    def claim_many(self, items: Sequence[Due], *, isolate: bool = True) -> list[Claimed[str]]:
-        return [Claimed(item, item.key, 0) for item in items]
-
-    def record_many(
-        self, learnt: Sequence[tuple[Claimed[str], str]], *, max_steps: int = 3, isolate: bool = True
-    ) -> list[Claimed[str]]:
-        return []
 
     def act(self, claimed: Claimed[str]) -> str | None:
         key = claimed.claim
@@ -90,7 +94,7 @@ def test_a_held_up_lane_keeps_its_place_while_the_other_lanes_go_on() -> None:
         pump.stop()
 
 
-class HangingLanes(Runner[str, str]):
+class HangingLanes(InstantBatches):
     """Items on lanes; every item of a lane named ``hang-*`` blocks until released. Records when each
     item started and the most items in flight at once."""
 
@@ -107,14 +111,6 @@ class HangingLanes(Runner[str, str]):
         with self.lock:
             done = set(self.finished)
         return [Due(key, lane) for key, lane in self.items.items() if key not in done][:limit]
-
-    def claim_many(self, items: Sequence[Due], *, isolate: bool = True) -> list[Claimed[str]]:
-        return [Claimed(item, item.key, 0) for item in items]
-
-    def record_many(
-        self, learnt: Sequence[tuple[Claimed[str], str]], *, max_steps: int = 3, isolate: bool = True
-    ) -> list[Claimed[str]]:
-        return []
 
     def act(self, claimed: Claimed[str]) -> str | None:
         key = claimed.claim
