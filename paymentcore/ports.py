@@ -274,6 +274,11 @@ class CollectionRepository(Protocol):
 
 class PayoutRepository(Protocol):
     def get(self, reference: str) -> Payout | None: ...
+    def get_many(self, references: Sequence[str]) -> dict[str, Payout]:
+        """The payouts of ``references`` that exist, read in one statement (locked, as ``get`` locks, in
+        a write transaction); a ``get`` of one of them later in the same transaction reads nothing."""
+        ...
+
     def add(self, payout: Payout) -> None:
         """Insert; raises if the reference exists."""
         ...

@@ -15,6 +15,7 @@ outbox event.
 from __future__ import annotations
 
 import builtins
+from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -498,6 +499,9 @@ class Collect:
             return False
         tx.collections.update(attrs.evolve(collection, next_check_at=until))
         return True
+
+    def prefetch(self, tx: Transaction, keys: Sequence[str]) -> None:
+        return None  # each item's claim reads its own rows
 
     def claim(self, tx: Transaction, key: str, now: int) -> models.Collection | None:
         collection = tx.collections.get(key)

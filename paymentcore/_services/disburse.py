@@ -741,6 +741,9 @@ class Disburse:
         tx.payouts.update(attrs.evolve(payout, next_check_at=until))
         return True
 
+    def prefetch(self, tx: Transaction, keys: Sequence[str]) -> None:
+        tx.payouts.get_many(keys)  # a batch's payouts in one statement; each claim's get reads none
+
     def claim(self, tx: Transaction, key: str, now: int) -> models.Payout | None:
         payout = tx.payouts.get(key)
         if payout is None or not payout_is_due(payout, now):

@@ -20,7 +20,7 @@ import copy
 import random
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
@@ -327,6 +327,9 @@ class Webhooks:
             return True
         return False
 
+    def prefetch(self, tx: Transaction, keys: Sequence[str]) -> None:
+        return None  # each item's claim reads its own rows
+
     def claim(self, tx: Transaction, key: str, now: int) -> _Attempt | None:
         event = tx.outbox.get(key)
         if event is None:
@@ -411,9 +414,7 @@ class Webhooks:
         event = tx.outbox.get(event_id)
         if event is None:
             return
-        done = attrs.evolve(
-            event, redeliveries=event.redeliveries + 1, sent_as=outcome.name, resend_at=None
-        )
+        done = attrs.evolve(event, redeliveries=event.redeliveries + 1, sent_as=outcome.name, resend_at=None)
         if outcome.result.ok and event.status in (DeliveryStatus.FAILED, DeliveryStatus.SKIPPED):
             done = attrs.evolve(done, status=DeliveryStatus.DELIVERED, delivered_at=now, last_error=None)
         tx.outbox.update(done)

@@ -345,6 +345,9 @@ class _Payouts(_Repository):
         payout: Payout | None = self._t.get("payouts", reference)
         return payout
 
+    def get_many(self, references: Sequence[str]) -> dict[str, Payout]:
+        return {ref: payout for ref in references if (payout := self.get(ref)) is not None}
+
     def add(self, payout: Payout) -> None:
         self._t.insert("payouts", payout.reference, payout)
 

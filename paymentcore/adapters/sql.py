@@ -741,6 +741,7 @@ class _Collections(_Repository):
 class _Payouts(_Repository):
     def __init__(self, rows: Rows) -> None:
         super().__init__(rows)
+        self._known: dict[str, Payout] = {}  # read by get_many in this transaction (see there)
         dialect = rows.dialect
         self._due = (
             f"next_check_at IS NOT NULL AND next_check_at <= ? AND (({sql_in('status', PAYOUT_SEND_STATUSES)}"
@@ -748,8 +749,24 @@ class _Payouts(_Repository):
         )
 
     def get(self, reference: str) -> Payout | None:
+        known = self._known.get(reference)
+        if known is not None:
+            return known
         payout: Payout | None = self._rows.one(_PAYOUTS, "reference = ?", (reference,), for_update=True)
         return payout
+
+    def get_many(self, references: Sequence[str]) -> dict[str, Payout]:
+        # rows this transaction has read (and, in a write transaction, locked: in the order of their
+        # references, so two batches never hold one each of two rows the other waits for); only update
+        # writes a payout row, and it keeps what is known here current
+        wanted = sorted(set(references) - self._known.keys())
+        if wanted:
+            marks = ", ".join("?" for _ in wanted)
+            lock = self._rows.dialect.for_update if self._rows.writable else ""
+            rest = f"WHERE reference IN ({marks}) ORDER BY reference{lock}"
+            found = self._rows.many(_PAYOUTS, rest, wanted)
+            self._known.update((payout.reference, payout) for payout in found)
+        return {ref: self._known[ref] for ref in references if ref in self._known}
 
     def add(self, payout: Payout) -> None:
         self._rows.insert(_PAYOUTS, payout)
@@ -759,6 +776,8 @@ class _Payouts(_Repository):
 
     def update(self, payout: Payout) -> None:
         self._rows.update(_PAYOUTS, payout)
+        if payout.reference in self._known:
+            self._known[payout.reference] = payout
 
     def due(self, now: int, limit: int) -> list[Payout]:
         # _queries.payout_is_due, in _queries.payouts_in_due_order: each merchant's payouts numbered in

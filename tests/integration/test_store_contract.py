@@ -513,6 +513,22 @@ def test_payout_duplicate_insert_raises_and_keeps_the_first(store: Store) -> Non
         assert tx.payouts.get("PO-DUP") == first
 
 
+def test_payouts_read_many_at_once_then_one_by_one_in_the_same_transaction(store: Store) -> None:
+    with store.transaction() as tx:
+        for ref in ("PO-M1", "PO-M2", "PO-M3"):
+            tx.payouts.add(payout(ref))
+    with store.transaction() as tx:
+        found = tx.payouts.get_many(["PO-M3", "PO-NONE", "PO-M1"])
+        assert sorted(found) == ["PO-M1", "PO-M3"] and found["PO-M1"] == payout("PO-M1")
+        sent = attrs.evolve(found["PO-M1"], status=PayoutStatus.SENT, next_check_at=NOW + 5)
+        tx.payouts.update(sent)
+        assert tx.payouts.get("PO-M1") == sent  # what was read at once stays current after an update
+        assert tx.payouts.get("PO-M2") == payout("PO-M2")  # one not read at once is read as ever
+        assert tx.payouts.get_many([]) == {}
+    with store.read() as tx:
+        assert tx.payouts.get("PO-M1") == sent
+
+
 def test_a_payouts_fixed_columns_keep_their_stored_values(store: Store) -> None:
     """What a payout was created with (merchant, amount, currency, phone, ...) never changes: the SQL
     stores do not write those columns again on an update, and the reference store (memory) refuses an
