@@ -47,6 +47,12 @@ class CountingRunner(InstantBatches):
         pending = [Due(key, lane) for key, lane in self.items.items() if key not in finished]
         return pending[:limit]
 
+    def claim_many(self, items: Sequence[Due], *, isolate: bool = True) -> list[Claimed[str]]:
+        # as a store's claim does: an item done meanwhile (listed before it was) is not taken again
+        with self.lock:
+            finished = set(self.done)
+        return [Claimed(item, item.key, 0) for item in items if item.key not in finished]
+
     def act(self, claimed: Claimed[str]) -> str | None:
         key = claimed.claim
         if self.items[key] == self.slow_lane:
