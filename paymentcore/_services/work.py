@@ -586,9 +586,11 @@ class Pump:
                 if claimed.item.key not in going:
                     self._finish(claimed.item)
             for one in again:  # a next step (a payout just handed over is asked for its status)
+                pool = self._pool
                 try:
-                    assert self._pool is not None
-                    self._pool.submit(self._act, one)
+                    if pool is None:
+                        raise RuntimeError("the pump has stopped")
+                    pool.submit(self._act, one)
                 except RuntimeError:  # the pump is stopping: the claim runs out, the item is due again
                     self._finish(one.item)
 
