@@ -44,10 +44,10 @@ MAX_RETRY_AFTER = 86_400  # a day: a longer Retry-After is clamped, the caller's
 #: closes the connection instead (the status is all a delivery needs)
 MAX_BODY = 65_536
 
-DEFAULT_PORTS = {"http": 80, "https": 443}
-RETRY_AFTER_STATUSES = frozenset({429, 503})
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_RETRY_AFTER_STATUSES = frozenset({429, 503})
 # Headers the sender owns: a caller's copy is dropped rather than sent twice or trusted.
-OWNED_HEADERS = frozenset(
+_OWNED_HEADERS = frozenset(
     {
         "host",
         "content-type",
@@ -88,20 +88,20 @@ def parse_retry_after(value: str | None, now: float) -> int | None:
     return min(max(delay, 0), MAX_RETRY_AFTER)
 
 
-def host_header(target: DeliveryTarget) -> str:
+def _host_header(target: DeliveryTarget) -> str:
     host = f"[{target.host}]" if ":" in target.host else target.host
-    if target.port == DEFAULT_PORTS.get(target.scheme):
+    if target.port == _DEFAULT_PORTS.get(target.scheme):
         return host
     return f"{host}:{target.port}"
 
 
-def describe(exc: BaseException) -> str:
+def _describe(exc: BaseException) -> str:
     detail = str(exc).strip()
     name = type(exc).__name__
     return f"{name}: {detail[:200]}" if detail else name
 
 
-def check_target(target: DeliveryTarget) -> str | None:
+def _check_target(target: DeliveryTarget) -> str | None:
     """Why ``target`` cannot be delivered to as it stands, or None."""
     try:
         address = ipaddress.ip_address(target.address)
@@ -109,7 +109,7 @@ def check_target(target: DeliveryTarget) -> str | None:
         return "the delivery target has no valid IP address"
     if isinstance(address, ipaddress.IPv6Address) and address.scope_id is not None:
         return "the delivery target address carries a zone id"
-    if target.scheme not in DEFAULT_PORTS:
+    if target.scheme not in _DEFAULT_PORTS:
         return "the delivery target scheme is not http or https"
     if not target.target.startswith("/"):
         return "the delivery target path must start with /"
@@ -202,11 +202,11 @@ class HttpWebhookSender:
         self, target: DeliveryTarget, headers: Mapping[str, str], body: bytes, timeout: float
     ) -> DeliveryResult:
         """POST ``body`` to ``target.address``; never follows a redirect, never raises for the network."""
-        refused = check_target(target)
+        refused = _check_target(target)
         if refused is not None:
             return DeliveryResult(status=None, error=refused)
-        sent = {name: value for name, value in headers.items() if name.lower() not in OWNED_HEADERS}
-        sent["Host"] = host_header(target)
+        sent = {name: value for name, value in headers.items() if name.lower() not in _OWNED_HEADERS}
+        sent["Host"] = _host_header(target)
         sent["Content-Type"] = "application/json"
         sent.setdefault("User-Agent", self._user_agent)
         endpoint = self._take(target)
@@ -244,7 +244,7 @@ class HttpWebhookSender:
                 response = self._exchange(conn, target, headers, body, timeout)
             status = response.status
             retry_after = None
-            if status in RETRY_AFTER_STATUSES:
+            if status in _RETRY_AFTER_STATUSES:
                 retry_after = parse_retry_after(response.getheader("Retry-After"), self._clock())
             if _drained(response, deadline) and not response.will_close:
                 with self._lock:
@@ -256,7 +256,7 @@ class HttpWebhookSender:
             return DeliveryResult(status=None, error=f"no response within {timeout:g} seconds")
         except (OSError, http.client.HTTPException, ValueError) as exc:
             conn.close()
-            return DeliveryResult(status=None, error=describe(exc))
+            return DeliveryResult(status=None, error=_describe(exc))
         error = f"redirect not followed (HTTP {status})" if 300 <= status < 400 else None
         return DeliveryResult(status=status, retry_after=retry_after, error=error)
 

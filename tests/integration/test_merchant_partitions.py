@@ -34,9 +34,18 @@ Report = tuple[str, dict[str, list[str]], dict[str, int], str | None]
 
 
 def _hold(
-    store: PostgresStore, merchant_id: str | None, inside: threading.Event, release: threading.Event
+    store: PostgresStore,
+    merchant_id: str | list[str] | None,
+    inside: threading.Event,
+    release: threading.Event,
 ) -> None:
-    opened = store.transaction() if merchant_id is None else store.transaction_for(merchant_id)
+    """Hold a unit open until ``release``: the whole store (None), one merchant's, or several's."""
+    if merchant_id is None:
+        opened = store.transaction()
+    elif isinstance(merchant_id, list):
+        opened = store.transaction_for_many(merchant_id)
+    else:
+        opened = store.transaction_for(merchant_id)
     with opened as tx:
         tx.idempotency.purge(0)  # a first statement: the unit takes its locks
         inside.set()
@@ -81,14 +90,7 @@ def test_a_batch_of_several_merchants_holds_back_those_merchants_only(tmp_path: 
     store = PostgresStore(postgres_url(tmp_path), pool_size=6)
     try:
         inside, release = threading.Event(), threading.Event()
-
-        def hold_batch() -> None:
-            with store.transaction_for_many(["mer_b", "mer_a", "mer_a"]) as tx:
-                tx.idempotency.purge(0)
-                inside.set()
-                release.wait(WAIT)
-
-        holder = threading.Thread(target=hold_batch)
+        holder = threading.Thread(target=_hold, args=(store, ["mer_b", "mer_a", "mer_a"], inside, release))
         holder.start()
         assert inside.wait(WAIT)
         a, b, c = threading.Event(), threading.Event(), threading.Event()
