@@ -721,6 +721,16 @@ class PartitionedStore(Store, Protocol):
         waiting for their writers and whole-store writers only."""
         ...
 
+    def transaction_for_idle(
+        self, merchant_ids: Sequence[str]
+    ) -> AbstractContextManager[tuple[UnitOfWork, Sequence[str]]]:
+        """A write transaction on those of ``merchant_ids``' partitions that no other unit holds at the
+        moment, taken without waiting (what ``FOR UPDATE SKIP LOCKED`` is to rows): the unit and the
+        merchants it holds. When every one is held elsewhere it waits for one of them, so it always
+        holds at least one. Workers claim with it, so that two workers never queue for one merchant
+        while another's items are due."""
+        ...
+
 
 class StoreUnavailableError(Exception):
     """The store could not run a query (see :meth:`Store.ping`)."""

@@ -108,6 +108,7 @@ class Collect:
             kind="collections",
             lease_ms=deps.config.dispatch_lease_seconds * 1000,
             write=deps.transaction,
+            claiming=deps.claiming,
         )
 
     @property

@@ -57,11 +57,31 @@ class Deps:
         has committed (nothing when it rolls back). With ``merchant_id`` (or ``merchants``: a worker's
         batch), on a store partitioned by merchant (``ports.PartitionedStore``), a transaction that
         waits only for those merchants' writers."""
+        with self._telling(self._open(merchant_id, merchants)) as tx:
+            yield tx
+
+    @contextlib.contextmanager
+    def claiming(self, merchants: Sequence[str]) -> Iterator[tuple[Transaction, frozenset[str]]]:
+        """A worker's claim of a batch of ``merchants``' items, told like :meth:`transaction`: on a
+        store partitioned by merchant, a write transaction on those of the partitions that nobody else
+        holds at the moment (``PartitionedStore.transaction_for_idle``: it waits only when every one is
+        busy, and then for one); elsewhere :meth:`transaction`. The transaction and the merchants whose
+        items it may claim."""
+        if self.partitioned and merchants and hasattr(self.store, "transaction_for_idle"):
+            partitioned: PartitionedStore = self.store  # type: ignore[assignment]
+            with self._telling(partitioned.transaction_for_idle(merchants)) as (tx, held):
+                yield tx, frozenset(held)
+            return
+        with self.transaction(merchants=merchants) as tx:
+            yield tx, frozenset(merchants)
+
+    @contextlib.contextmanager
+    def _telling(self, opened: AbstractContextManager[Any]) -> Iterator[Any]:
         stack: list[list[Callable[[Observer], None]]] = self._told.__dict__.setdefault("stack", [])
         notes: list[Callable[[Observer], None]] = []
         stack.append(notes)
         try:
-            with self._open(merchant_id, merchants) as tx:
+            with opened as tx:
                 yield tx
         finally:
             stack.pop()

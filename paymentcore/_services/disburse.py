@@ -133,6 +133,7 @@ class Disburse:
             kind="payouts",
             lease_ms=deps.config.dispatch_lease_seconds * 1000,
             write=deps.transaction,
+            claiming=deps.claiming,
         )
 
     @property

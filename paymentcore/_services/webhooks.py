@@ -130,6 +130,7 @@ class Webhooks:
             kind="deliveries",
             lease_ms=deps.config.dispatch_lease_seconds * 1000,
             write=deps.transaction,
+            claiming=deps.claiming,
         )
 
     @property

@@ -12,11 +12,13 @@ together: their claims share one transaction, and so do their outcomes (:meth:`R
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from typing import Any, Generic, Protocol, TypeVar
@@ -129,6 +131,8 @@ class Runner(Generic[ClaimT, OutcomeT]):
         kind: str = "work",
         lease_ms: int = 30_000,
         write: Callable[..., AbstractContextManager[Transaction]] | None = None,
+        claiming: Callable[[Sequence[str]], AbstractContextManager[tuple[Transaction, AbstractSet[str]]]]
+        | None = None,
     ) -> None:
         self.task = task
         self.kind = kind
@@ -141,6 +145,9 @@ class Runner(Generic[ClaimT, OutcomeT]):
         # (all at once when the store can, else one transaction per merchant); else one transaction
         self._partitioned = write is not None and hasattr(store, "transaction_for")
         self._many = self._partitioned and hasattr(store, "transaction_for_many")
+        # claims skip the merchants another unit holds at the moment (``Deps.claiming``): two workers,
+        # or a worker and the API, never queue for one merchant while other merchants' items are due
+        self._claiming = claiming if self._many else None
         self._heartbeat = lease_ms / 3000  # seconds between renewals of a lease in use
         self._acting: dict[str, _Hold] = {}  # items whose action is under way here, and their leases
         self._acting_lock = threading.Lock()
@@ -204,7 +211,7 @@ class Runner(Generic[ClaimT, OutcomeT]):
             taken, lease = self._claim(tx, item.key)
             return None if taken is None else Claimed(item, taken, lease)
 
-        return self._in_batches([(item, item) for item in items], claim, isolate)
+        return self._in_batches([(item, item) for item in items], claim, isolate, skip_busy=True)
 
     def act(self, claimed: Claimed[ClaimT]) -> OutcomeT | None:
         """The task's action on one claimed item, outside any transaction (its lease renewed while it
@@ -240,6 +247,8 @@ class Runner(Generic[ClaimT, OutcomeT]):
         work: Sequence[tuple[Due, WorkT]],
         step: Callable[[Transaction, WorkT], Claimed[ClaimT] | None],
         isolate: bool,
+        *,
+        skip_busy: bool = False,
     ) -> list[Claimed[ClaimT]]:
         groups: dict[str | None, list[tuple[Due, WorkT]]] = {}
         for item, one in work:  # one transaction per merchant only when the store cannot take several
@@ -250,7 +259,10 @@ class Runner(Generic[ClaimT, OutcomeT]):
         for batch in groups.values():
             merchants = sorted({item.merchant for item, _ in batch if item.merchant is not None})
             try:
-                with self._write(merchant_id=None, merchants=merchants) as tx:
+                with self._open(merchants, skip_busy) as (tx, held):
+                    if held is not None and len(held) < len(merchants):
+                        # the busy merchants' items are not claimed: they stay due for a next round
+                        batch = [(item, one) for item, one in batch if item.merchant in held]
                     if len(batch) > 1:
                         self.task.prefetch(tx, [item.key for item, _ in batch])
                     results = [step(tx, one) for _, one in batch]
@@ -270,6 +282,18 @@ class Runner(Generic[ClaimT, OutcomeT]):
                         log.exception("%s: an item failed; it stays due", self.kind)
             out.extend(result for result in results if result is not None)
         return out
+
+    @contextlib.contextmanager
+    def _open(
+        self, merchants: Sequence[str], skip_busy: bool
+    ) -> Iterator[tuple[Transaction, AbstractSet[str] | None]]:
+        """A batch's write transaction, and the merchants whose items it may take (None: all)."""
+        if skip_busy and self._claiming is not None and merchants:
+            with self._claiming(merchants) as (tx, held):
+                yield tx, held
+            return
+        with self._write(merchant_id=None, merchants=merchants) as tx:
+            yield tx, None
 
     def _claim(self, tx: Transaction, key: str) -> tuple[ClaimT | None, int]:
         now = self._clock.now()

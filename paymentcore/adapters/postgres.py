@@ -308,6 +308,28 @@ class _PostgresRows(Rows):
                 )
             self._locked = True
 
+    def lock_idle(self) -> tuple[str, ...]:
+        """Take the partitions of those of the unit's merchants that no other unit holds now, without
+        waiting (``pg_try_advisory_xact_lock``); when every one is held elsewhere, wait for the first
+        in key order. The unit's partition becomes the merchants held, which this returns."""
+        assert self.writable and not self._locked and isinstance(self.partition, tuple)
+        by_half: dict[int, list[str]] = {}
+        for merchant in self.partition:
+            by_half.setdefault(_lock_half("merchant", merchant), []).append(merchant)
+        halves = sorted(by_half)
+        row = self.conn.execute(
+            "SELECT pg_advisory_xact_lock_shared(%s)" + ", pg_try_advisory_xact_lock(%s, %s)" * len(halves),
+            (self._write_lock, *(part for half in halves for part in (self._partitions, half))),
+        ).fetchone()
+        assert row is not None
+        got = [half for half, free in zip(halves, row[1:], strict=True) if free]
+        if not got:  # every one is busy: wait for one (the shared lock is held, as in _lock's order)
+            got = halves[:1]
+            self.conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (self._partitions, got[0]))
+        self.partition = tuple(sorted(merchant for half in got for merchant in by_half[half]))
+        self._locked = True
+        return self.partition
+
     def update(self, codec: Codec, record: Any) -> None:
         """In pipeline mode the update travels with the next statement whose result is read; that it
         found its row is checked once for all of the unit's updates, before its COMMIT (:meth:`verify`),
@@ -519,6 +541,19 @@ class PostgresStore:
             raise ValueError("transaction_for_many needs at least one merchant")
         with self._unit("BEGIN ISOLATION LEVEL READ COMMITTED", writable=True, partition=partition) as tx:
             yield tx
+
+    @contextmanager
+    def transaction_for_idle(
+        self, merchant_ids: Sequence[str]
+    ) -> Iterator[tuple[PostgresTransaction, tuple[str, ...]]]:
+        """A worker's claim (``ports.PartitionedStore``): a write transaction on those of the merchants'
+        partitions that nobody holds now, taken in one round trip without waiting, and the merchants
+        it holds; it waits, for one, only when all are busy."""
+        partition = tuple(sorted(set(merchant_ids)))
+        if not partition:
+            raise ValueError("transaction_for_idle needs at least one merchant")
+        with self._unit("BEGIN ISOLATION LEVEL READ COMMITTED", writable=True, partition=partition) as tx:
+            yield tx, tx.rows.lock_idle()
 
     @contextmanager
     def read(self) -> Iterator[PostgresTransaction]:

@@ -105,6 +105,71 @@ def test_a_batch_of_several_merchants_holds_back_those_merchants_only(tmp_path: 
         store.close()
 
 
+def test_a_claim_takes_the_idle_merchants_at_once_and_waits_only_when_all_are_busy(tmp_path: Path) -> None:
+    """A worker's claim (transaction_for_idle) skips the partitions another unit holds, as FOR UPDATE
+    SKIP LOCKED skips rows: it holds the others without waiting. When all are busy it waits for one."""
+    store = PostgresStore(postgres_url(tmp_path), pool_size=6)
+    try:
+        inside, release = threading.Event(), threading.Event()
+        holder = threading.Thread(target=_hold, args=(store, ["mer_a", "mer_c"], inside, release))
+        holder.start()
+        assert inside.wait(WAIT)
+        held: list[tuple[str, ...]] = []
+
+        def claim(merchants: list[str], done: threading.Event) -> None:
+            with store.transaction_for_idle(merchants) as (tx, merchants_held):
+                tx.idempotency.purge(0)
+                held.append(tuple(merchants_held))
+            done.set()
+
+        some, busy = threading.Event(), threading.Event()
+        claim(["mer_c", "mer_b", "mer_a", "mer_d"], some)  # in this thread: it must not wait
+        assert held == [("mer_b", "mer_d")]
+        waiting = threading.Thread(target=claim, args=(["mer_c", "mer_a"], busy))
+        waiting.start()
+        assert not busy.wait(0.5)  # both of its merchants are held: it waits
+        release.set()
+        assert busy.wait(WAIT)
+        assert held[1] in {("mer_a",), ("mer_c",)}  # one of them, not both
+        for thread in (holder, waiting):
+            thread.join(WAIT)
+    finally:
+        store.close()
+
+
+def test_the_worker_claims_other_merchants_items_while_one_merchant_is_busy(tmp_path: Path) -> None:
+    """A merchant whose partition is held (its API request, another worker's batch) does not hold up the
+    worker's claim of other merchants' items; its own items stay due and are claimed once it is free."""
+    core = PaymentCore.postgresql(postgres_url(tmp_path), sender=None, config=Config(sandbox_delay=0))
+    try:
+        merchants = []
+        for name in ("A", "B"):
+            merchant = core.operator.create_merchant(name, settlement_currency="XAF")
+            fund(core, merchant.id, "XAF", 10_000)
+            core.disburse.create(merchant.id, amount=AMOUNT, currency="XAF", phone="670000000", idempotency_key="k")
+            merchants.append(merchant.id)
+        busy, free = merchants
+        store = core.store
+        assert isinstance(store, PostgresStore)
+        runner = core.disburse.runner
+        due = runner.due(10)
+        assert {item.merchant for item in due} == {busy, free}
+        inside, release = threading.Event(), threading.Event()
+        holder = threading.Thread(target=_hold, args=(store, busy, inside, release))
+        holder.start()
+        try:
+            assert inside.wait(WAIT)
+            claimed = runner.claim_many(due)  # would wait for the holder if it took every partition
+            assert [one.item.merchant for one in claimed] == [free]
+        finally:
+            release.set()
+            holder.join(WAIT)
+        later = runner.claim_many([item for item in runner.due(10) if item.merchant == busy])
+        assert [one.item.merchant for one in later] == [busy]
+    finally:
+        core.close()
+
+
 def test_a_whole_store_writer_holds_back_every_merchant(tmp_path: Path) -> None:
     store = PostgresStore(postgres_url(tmp_path), pool_size=4)
     try:
