@@ -146,7 +146,9 @@ def test_the_worker_claims_other_merchants_items_while_one_merchant_is_busy(tmp_
         for name in ("A", "B"):
             merchant = core.operator.create_merchant(name, settlement_currency="XAF")
             fund(core, merchant.id, "XAF", 10_000)
-            core.disburse.create(merchant.id, amount=AMOUNT, currency="XAF", phone="670000000", idempotency_key="k")
+            core.disburse.create(
+                merchant.id, amount=AMOUNT, currency="XAF", phone="670000000", idempotency_key="k"
+            )
             merchants.append(merchant.id)
         busy, free = merchants
         store = core.store
