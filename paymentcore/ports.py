@@ -619,12 +619,19 @@ class RateRepository(Protocol):
         """(start, count) of the key's buckets of ``width`` starting at or after ``since``, oldest first."""
         ...
 
-    def spans(self, key_id: str, spans: Sequence[tuple[int, int]]) -> list[list[tuple[int, int]]]:
-        """:meth:`buckets` for each ``(width, since)`` of ``spans`` (distinct widths), in one read."""
+    def spans(
+        self, key_ids: Sequence[str], spans: Sequence[tuple[int, int]]
+    ) -> dict[str, list[list[tuple[int, int]]]]:
+        """For each of ``key_ids``, :meth:`buckets` for each ``(width, since)`` of ``spans`` (distinct
+        widths), in one read; in a write unit of work it holds every one of those keys' counters."""
         ...
 
     def add(self, key_id: str, width: int, start: int, hits: int = 1) -> None:
         """Count ``hits`` more requests in the key's bucket of ``width`` starting at ``start``."""
+        ...
+
+    def add_many(self, counts: Sequence[tuple[str, int, int, int]]) -> None:
+        """:meth:`add` for each ``(key_id, width, start, hits)``, in one statement where the store can."""
         ...
 
     def purge(self, before: int) -> int:

@@ -147,13 +147,12 @@ class _BatchCounts:
         self._store = store
         self._known: dict[tuple[str, int], dict[int, int]] = {}
         self._added: dict[tuple[str, int, int], int] = {}
-        earliest: dict[str, int] = {}
-        for hit in batch:
-            earliest[hit.key.id] = min(hit.now, earliest.get(hit.key.id, hit.now))
-        for key_id in sorted(earliest):  # a fixed order, as the book's locks want
-            since = earliest[key_id]
-            windows = [(MINUTE.width, MINUTE.since(since)), (HOUR.width, HOUR.since(since))]
-            spans = store.spans(key_id, windows)
+        # every key's buckets in one read (holding every key's counters), from the batch's earliest
+        # hit: a few more buckets than a later hit's windows hold, which buckets() leaves out
+        keys = sorted({hit.key.id for hit in batch})
+        earliest = min((hit.now for hit in batch), default=0)
+        windows = [(MINUTE.width, MINUTE.since(earliest)), (HOUR.width, HOUR.since(earliest))]
+        for key_id, spans in (store.spans(keys, windows) if keys else {}).items():
             for window, rows in zip((MINUTE, HOUR), spans, strict=True):
                 self._known[(key_id, window.width)] = dict(rows)
 
@@ -168,8 +167,7 @@ class _BatchCounts:
         self._added[place] = self._added.get(place, 0) + hits
 
     def write(self) -> None:
-        for (key_id, width, start), hits in sorted(self._added.items()):
-            self._store.add(key_id, width, start, hits)
+        self._store.add_many([(*place, hits) for place, hits in sorted(self._added.items())])
 
 
 class RateLimiter:

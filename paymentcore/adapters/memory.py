@@ -747,14 +747,18 @@ class _Rates(_Repository):
         return sorted((start, hits) for start, hits in counts.items() if start >= since)
 
     def spans(
-        self, key_id: str, spans: Sequence[tuple[int, int]]
-    ) -> builtins.list[builtins.list[tuple[int, int]]]:
-        return [self.buckets(key_id, width, since) for width, since in spans]
+        self, key_ids: Sequence[str], spans: Sequence[tuple[int, int]]
+    ) -> dict[str, builtins.list[builtins.list[tuple[int, int]]]]:
+        return {key_id: [self.buckets(key_id, width, since) for width, since in spans] for key_id in key_ids}
 
     def add(self, key_id: str, width: int, start: int, hits: int = 1) -> None:
         counts = dict(self._t.get("rates", (key_id, width)) or {})
         counts[start] = counts.get(start, 0) + hits
         self._t.put("rates", (key_id, width), counts)
+
+    def add_many(self, counts: Sequence[tuple[str, int, int, int]]) -> None:
+        for key_id, width, start, hits in counts:
+            self.add(key_id, width, start, hits)
 
     def purge(self, before: int) -> int:
         gone = 0

@@ -367,6 +367,11 @@ class Rows(abc.ABC):
     def hold_key(self, namespace: str, key: str) -> None:
         """Hold ``key``'s own lock until the transaction ends (where the engine has such locks)."""
 
+    def hold_keys(self, namespace: str, keys: Sequence[str]) -> None:
+        """:meth:`hold_key` for each of ``keys``, in one order everywhere."""
+        for key in sorted(set(keys)):
+            self.hold_key(namespace, key)
+
     def run(self, sql: str, params: Any = (), *, lock: bool = True) -> Any:
         return self.execute(self.dialect.sql(sql), params, lock=lock)
 
@@ -1177,26 +1182,39 @@ class _Rates(_Repository):
         return [(int(start), int(hits)) for start, hits in rows]
 
     def spans(
-        self, key_id: str, spans: Sequence[tuple[int, int]]
-    ) -> builtins.list[builtins.list[tuple[int, int]]]:
+        self, key_ids: Sequence[str], spans: Sequence[tuple[int, int]]
+    ) -> dict[str, builtins.list[builtins.list[tuple[int, int]]]]:
         if self._rows.writable:
-            self._rows.hold_key("rate", key_id)
+            self._rows.hold_keys("rate", key_ids)
+        keys = ", ".join("?" for _ in key_ids)
         which = " OR ".join("(width = ? AND start >= ?)" for _ in spans)
         rows = self._rows.run(
-            f"SELECT width, start, hits FROM rate_counts WHERE key_id = ? AND ({which})"
-            " ORDER BY width, start",
-            (key_id, *(value for span in spans for value in span)),
+            f"SELECT key_id, width, start, hits FROM rate_counts WHERE key_id IN ({keys}) AND ({which})"
+            " ORDER BY key_id, width, start",
+            (*key_ids, *(value for span in spans for value in span)),
             lock=False,
         ).fetchall()
-        return [[(int(s), int(h)) for w, s, h in rows if w == width] for width, _ in spans]
+        found: dict[str, builtins.list[builtins.list[tuple[int, int]]]] = {
+            key_id: [[] for _ in spans] for key_id in key_ids
+        }
+        place = {width: n for n, (width, _) in enumerate(spans)}
+        for key_id, width, start, hits in rows:
+            found[key_id][place[width]].append((int(start), int(hits)))
+        return found
 
     def add(self, key_id: str, width: int, start: int, hits: int = 1) -> None:
+        self.add_many([(key_id, width, start, hits)])
+
+    def add_many(self, counts: Sequence[tuple[str, int, int, int]]) -> None:
+        if not counts:
+            return
         if self._rows.writable:
-            self._rows.hold_key("rate", key_id)
-        self._rows.write(
-            "INSERT INTO rate_counts (key_id, width, start, hits) VALUES (?, ?, ?, ?)"
+            self._rows.hold_keys("rate", [key_id for key_id, *_ in counts])
+        values = ", ".join("(?, ?, ?, ?)" for _ in counts)
+        self._rows.write(  # one bucket at most once in ``counts``: one statement may not update a row twice
+            f"INSERT INTO rate_counts (key_id, width, start, hits) VALUES {values}"
             " ON CONFLICT (key_id, width, start) DO UPDATE SET hits = rate_counts.hits + excluded.hits",
-            (key_id, width, start, hits),
+            [value for count in counts for value in count],
             lock=False,
         )
 

@@ -70,6 +70,8 @@ def test_a_keys_rate_windows_are_read_together(store: Store) -> None:
             tx.rates.add("key_1", width, start, hits)
         tx.rates.add("key_2", 1000, 5000, 9)
     with store.transaction() as tx:
-        spans = tx.rates.spans("key_1", [(1000, 1000), (60_000, 0)])
+        found = tx.rates.spans(["key_1", "key_2", "key_3"], [(1000, 1000), (60_000, 0)])
+        spans = found["key_1"]
         assert spans == [tx.rates.buckets("key_1", 1000, 1000), tx.rates.buckets("key_1", 60_000, 0)]
         assert spans == [[(5000, 1)], [(0, 7), (60_000, 3)]]
+        assert found["key_2"] == [[(5000, 9)], []] and found["key_3"] == [[], []]
