@@ -6,9 +6,11 @@
 - ``core``: our server, ``paymentcore_server.app.create_app`` on a database prepared beforehand: a SQLite
   file, or a PostgreSQL URL (``--db postgresql://...``; several ``core`` servers may share one).
 
-All three run through the same ``uvicorn.run`` call (:data:`UVICORN_FLAGS`), so they differ only in the
-app. uvicorn picks its event loop and HTTP parser with ``auto`` as ``paymentcore serve`` does: uvloop and
-httptools when installed (every install has them: uvicorn's standard extras), asyncio and h11 otherwise.
+All three run through the same call as ``paymentcore serve`` (``paymentcore_server._serving.run``:
+uvicorn, every waiting connection accepted at each turn of the loop) with :data:`UVICORN_FLAGS`, so they
+differ only in the app. uvicorn picks its event loop and HTTP parser with ``auto`` as ``paymentcore
+serve`` does: uvloop and httptools when installed (every install has them: uvicorn's standard extras),
+asyncio and h11 otherwise.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -104,7 +105,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.db is None:
             parser.error("core needs --db")
         app = core_app(args.db, args.synchronous, args.worker, args.pool_size)
-    uvicorn.run(app, port=args.port, **UVICORN_FLAGS)
+    from paymentcore_server._serving import run
+
+    run(app, port=args.port, **UVICORN_FLAGS)
     return 0
 
 

@@ -4,7 +4,7 @@ One run, on this machine:
 
 1. HTTP: a bare Starlette JSON endpoint, a bare POST echo endpoint with our API's auth and header
    parsing, and our server on SQLite with synchronous=FULL and with NORMAL, and on PostgreSQL (one
-   process), all through the same ``uvicorn.run`` flags (benchmarks/bench_serve.py), loaded in
+   process), all through the same uvicorn call and flags (benchmarks/bench_serve.py), loaded in
    interleaved rounds at each concurrency by wrk (benchmarks/load.lua) or, without wrk, the Python
    generator (benchmarks/bench_load.py); in the same rounds, two API processes on one PostgreSQL
    database against one process, the same load split over two generators in both cases. The PostgreSQL

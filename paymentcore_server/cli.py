@@ -490,9 +490,8 @@ def ensure_demo(core: PaymentCore, *, actor: str | None = None) -> dict[str, str
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from paymentcore_server._http import http_protocol
+    from paymentcore_server._serving import run
     from paymentcore_server.app import MAX_HEADERS, create_app
 
     configure_logging(args.log_format)
@@ -522,7 +521,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # a request the parser refuses (headers past MAX_HEADERS: 431) answers in the error shape too
         extra["http"] = http_protocol(MAX_HEADERS)
         extra["h11_max_incomplete_event_size"] = MAX_HEADERS
-        uvicorn.run(app, host=args.host, port=args.port, log_level="info", access_log=False, **extra)
+        # uvicorn, accepting every waiting connection at each turn of the loop (paymentcore_server._serving)
+        run(app, host=args.host, port=args.port, log_level="info", access_log=False, **extra)
     finally:
         if metrics is not None:
             metrics.close()
