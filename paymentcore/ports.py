@@ -291,9 +291,10 @@ class PayoutRepository(Protocol):
         """Replace; raises KeyError if the reference does not exist."""
         ...
 
-    def due(self, now: int, limit: int) -> list[Payout]:
+    def due(self, now: int, limit: int, *, per_lane: int | None = None) -> list[Payout]:
         """Payouts for which ``_queries.payout_is_due``, in ``_queries.payouts_in_due_order`` (a round
-        over the merchants with work)."""
+        over the merchants with work); with ``per_lane``, only the first that many of each lane
+        (``payout_lane``) in that order (``_queries.at_most_per_lane``)."""
         ...
 
     def count_due(self, now: int) -> int:

@@ -159,6 +159,18 @@ def collection_lane(collection: Collection) -> str:
     return collection.provider or ""
 
 
+def at_most_per_lane(items: Iterable[T], lane: Callable[[T], str], per_lane: int) -> list[T]:
+    """``items`` in their order, but only the first ``per_lane`` of each lane."""
+    seen: Counter[str] = Counter()
+    kept: list[T] = []
+    for item in items:
+        name = lane(item)
+        seen[name] += 1
+        if seen[name] <= per_lane:
+            kept.append(item)
+    return kept
+
+
 def in_turns(items: Iterable[T], lane: Callable[[T], str], per_lane: int) -> list[T]:
     """``items`` (in due order) taken in turns over their lanes: every lane's first item, then every
     lane's second, ... (each turn in due order), at most ``per_lane`` of a lane. So a lane with 10,000

@@ -43,6 +43,7 @@ from paymentcore._domain.models import (
 )
 from paymentcore._domain.queries import (
     BATCH_OPEN_STATUSES,
+    at_most_per_lane,
     collection_due_order,
     collection_due_since,
     collection_is_due,
@@ -54,6 +55,7 @@ from paymentcore._domain.queries import (
     event_lane,
     in_turns,
     payout_is_due,
+    payout_lane,
     payouts_in_due_order,
 )
 from paymentcore.ports import CurrencyTotal, KeyLookup, PayoutInputs, StoreUnavailableError, Tally
@@ -361,8 +363,9 @@ class _Payouts(_Repository):
             check_fixed(stored, payout, PAYOUT_FIXED)
         self._t.update("payouts", payout.reference, payout)
 
-    def due(self, now: int, limit: int) -> list[Payout]:
-        return payouts_in_due_order(p for p in self._t.values("payouts") if payout_is_due(p, now))[:limit]
+    def due(self, now: int, limit: int, *, per_lane: int | None = None) -> list[Payout]:
+        due = payouts_in_due_order(p for p in self._t.values("payouts") if payout_is_due(p, now))
+        return (due if per_lane is None else at_most_per_lane(due, payout_lane, per_lane))[:limit]
 
     def count_due(self, now: int) -> int:
         return sum(1 for p in self._t.values("payouts") if payout_is_due(p, now))

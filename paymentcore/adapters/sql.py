@@ -784,18 +784,22 @@ class _Payouts(_Repository):
         if payout.reference in self._known:
             self._known[payout.reference] = payout
 
-    def due(self, now: int, limit: int) -> list[Payout]:
+    def due(self, now: int, limit: int, *, per_lane: int | None = None) -> list[Payout]:
         # _queries.payout_is_due, in _queries.payouts_in_due_order: each merchant's payouts numbered in
         # their own order (next_check_at, reference), then every merchant's first, every second, ...;
+        # with per_lane, only each lane's (provider's) first in that order (_queries.at_most_per_lane);
         # numbered on the narrow rows, and only the `limit` chosen are read whole
         names = ", ".join(f"p.{column}" for column in _PAYOUTS.columns)
         rows = self._rows.run(
-            f"SELECT {names} FROM (SELECT reference, next_check_at, row_number() OVER"
-            " (PARTITION BY merchant_id ORDER BY next_check_at, reference) AS turn FROM payouts"
-            f" WHERE {self._due} ORDER BY turn, next_check_at, reference LIMIT ?) AS due"
+            f"SELECT {names} FROM (SELECT reference, next_check_at, turn FROM (SELECT reference,"
+            " next_check_at, turn, row_number() OVER (PARTITION BY provider ORDER BY turn,"
+            " next_check_at, reference) AS lane_turn FROM (SELECT reference, provider, next_check_at,"
+            " row_number() OVER (PARTITION BY merchant_id ORDER BY next_check_at, reference) AS turn"
+            f" FROM payouts WHERE {self._due}) AS turns) AS lanes WHERE lane_turn <= ?"
+            " ORDER BY turn, next_check_at, reference LIMIT ?) AS due"
             " JOIN payouts AS p ON p.reference = due.reference"
             " ORDER BY due.turn, due.next_check_at, due.reference",
-            (now, limit),
+            (now, limit if per_lane is None else per_lane, limit),
         ).fetchall()
         return [_PAYOUTS.decode(row) for row in rows]
 

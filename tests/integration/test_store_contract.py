@@ -600,8 +600,9 @@ def test_due_payouts_take_turns_between_merchants(store: Store) -> None:
     with store.transaction() as tx:
         for index in range(6):
             tx.payouts.add(payout(f"PO-big-{index}", merchant_id="mer_big", next_check_at=NOW - 100 + index))
-        tx.payouts.add(payout("PO-small-1", merchant_id="mer_small", next_check_at=NOW - 50))
-        tx.payouts.add(payout("PO-small-2", merchant_id="mer_small", next_check_at=NOW - 40))
+        for name, at in (("PO-small-1", NOW - 50), ("PO-small-2", NOW - 40)):  # to another provider
+            small = payout(name, merchant_id="mer_small", next_check_at=at)
+            tx.payouts.add(attrs.evolve(small, phone="690000000", provider="orange_cm"))
         tx.payouts.add(payout("PO-third", merchant_id="mer_third", next_check_at=NOW))
     with store.read() as tx:
         assert refs(tx.payouts.due(NOW, 100)) == [
@@ -616,6 +617,14 @@ def test_due_payouts_take_turns_between_merchants(store: Store) -> None:
             "PO-big-5",
         ]
         assert refs(tx.payouts.due(NOW, 2)) == ["PO-big-0", "PO-small-1"]
+        # at most 2 of a lane (a provider), the first 2 in that order: mer_small's go to Orange
+        assert refs(tx.payouts.due(NOW, 100, per_lane=2)) == [
+            "PO-big-0",
+            "PO-small-1",
+            "PO-third",
+            "PO-small-2",
+        ]
+        assert refs(tx.payouts.due(NOW, 3, per_lane=2)) == ["PO-big-0", "PO-small-1", "PO-third"]
         assert refs(tx.payouts.due(NOW - 45, 100)) == ["PO-big-0", "PO-small-1", "PO-big-1"] + [
             f"PO-big-{index}" for index in range(2, 6)
         ]
