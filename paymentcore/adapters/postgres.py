@@ -420,6 +420,7 @@ class PostgresStore:
         self.schema = str(schema)
         self._write_lock = _lock_key("paymentcore.write", self.schema)
         self._migrate_lock = _lock_key("paymentcore.migrate", self.schema)
+        self._fold_lock = _lock_key("paymentcore.fold", self.schema)
         self._rate_namespace = _lock_half("paymentcore.rate", self.schema)
         self._partitions = _lock_half("paymentcore.merchant", self.schema)
         self._pool = ConnectionPool(
@@ -519,15 +520,24 @@ class PostgresStore:
         touches any more, and moves committed meanwhile wait for the next fold."""
         folded = 0
         with self._pool.connection() as conn, conn.transaction():
+            # one fold at a time (every worker process runs one): a count row one fold is adding is not
+            # added again by another. The rows found are updated and the others inserted, rather than
+            # INSERT ... ON CONFLICT DO UPDATE, whose CHECK (count >= 0) fails on the row it proposes to
+            # insert even when it updates: a fold whose moves take one from a status would always fail
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._fold_lock,))
             for hours in ("payout_hours", "collection_hours"):
+                same = "(h.hour, h.currency, h.status) = (s.hour, s.currency, s.status)"
                 row = conn.execute(
                     f"WITH moved AS (DELETE FROM {hours}_moves"
                     " RETURNING hour, currency, status, count, amount),"
+                    " sums AS (SELECT hour, currency, status, sum(count) AS count, sum(amount) AS amount"
+                    " FROM moved GROUP BY 1, 2, 3),"
+                    f" updated AS (UPDATE {hours} AS h SET count = h.count + s.count,"
+                    f" amount = h.amount + s.amount FROM sums AS s WHERE {same}"
+                    " RETURNING h.hour, h.currency, h.status),"
                     f" added AS (INSERT INTO {hours} (hour, currency, status, count, amount)"
-                    " SELECT hour, currency, status, sum(count), sum(amount) FROM moved GROUP BY 1, 2, 3"
-                    " ON CONFLICT (hour, currency, status)"
-                    f" DO UPDATE SET count = {hours}.count + excluded.count,"
-                    f" amount = {hours}.amount + excluded.amount RETURNING 1)"
+                    " SELECT s.hour, s.currency, s.status, s.count, s.amount FROM sums AS s"
+                    f" WHERE NOT EXISTS (SELECT 1 FROM updated AS h WHERE {same}) RETURNING 1)"
                     " SELECT (SELECT count(*) FROM moved)"
                 ).fetchone()
                 folded += int(row[0]) if row is not None else 0

@@ -12,9 +12,11 @@ from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier as ProcessBarrier
 from pathlib import Path
 
+import attrs
 from test_store_contract import NOW, payout  # type: ignore[import-not-found, unused-ignore]
 
 from paymentcore import Config, InsufficientBalanceError, PaymentCore
+from paymentcore._domain.models import PayoutStatus
 from paymentcore._services.ledger import check_invariant
 from paymentcore.adapters.postgres import PostgresStore
 from paymentcore.testing import fund
@@ -226,6 +228,16 @@ def test_payouts_of_two_merchants_in_one_currency_and_hour_do_not_wait_for_each_
             assert tx.payouts.tally(NOW - NOW % 3_600_000, NOW + 3_600_000, 3_600_000) == before
             assert sum(t.count for t in before) == 2
         assert store.fold_counts() == 0
+        # later moves take one from a status already folded: the fold adds -1 to its count row
+        with store.transaction_for("mer_a") as tx:
+            sent = tx.payouts.get("PO-A")
+            assert sent is not None
+            tx.payouts.update(attrs.evolve(sent, status=PayoutStatus.SENT))
+        assert store.fold_counts() == 2  # PENDING -1, SENT +1
+        with store.read() as tx:
+            after = tx.payouts.tally(NOW - NOW % 3_600_000, NOW + 3_600_000, 3_600_000)
+            assert {(t.status, t.count) for t in after} == {("PENDING", 1), ("SENT", 1)}
+            assert tx.rows.value("SELECT count(*) FROM payout_hours_moves") == 0  # nothing left behind
     finally:
         store.close()
 
