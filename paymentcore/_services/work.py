@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import random
 import threading
 import time
 from collections import OrderedDict
@@ -461,6 +462,8 @@ class Pump:
         self._queued = 0
         self._listed: list[Due] = []  # the last scan's items not yet started, in their turn order
         self._listed_at = 0.0
+        self._contended = False  # the last claim missed items (another worker claims beside this one)
+        self._random = random.Random()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._pool: ThreadPoolExecutor | None = None
@@ -531,8 +534,13 @@ class Pump:
         moment = time.monotonic()
         self._demote(moment)
         if not self._listed or moment - self._listed_at >= self._interval:
-            due = self._runner.due(self._scan)
+            due = list(self._runner.due(self._scan))
             self._queued = len(due)
+            if self._contended:
+                # another worker claims from the same listing: taken in the same order, most of each
+                # one's claims would find the items just taken by the other; in a random order they
+                # mostly take different ones (every item listed is due; each lane keeps its turns)
+                self._random.shuffle(due)
             self._listed = in_turns(due, lambda item: item.lane, len(due))  # each lane's first, ...
             self._listed_at = moment
         started: list[Due] = []
@@ -565,9 +573,14 @@ class Pump:
             log.exception("%s: claiming %d items failed", self.name, len(started))
             claimed = []
         taken = {one.item.key for one in claimed}
-        for item in started:
-            if item.key not in taken:
-                self._finish(item)  # another worker has it, or it is no longer due
+        missed = [item for item in started if item.key not in taken]
+        for item in missed:
+            self._finish(item)  # another worker has it, its merchant was busy, or it is no longer due
+        # a claim that missed items: the listing is stale (another worker took some, or a merchant was
+        # busy); it is read afresh, and while claims miss, in a random order
+        self._contended = bool(missed)
+        if missed:
+            self._listed_at = float("-inf")
         assert self._pool is not None or not claimed
         for one in claimed:
             assert self._pool is not None

@@ -204,6 +204,29 @@ def test_postgres_network_benchmark_reports_every_figure(tmp_path: Path) -> None
     assert "round trips per payout at c=1" in done.stdout and "PostgreSQL, 3 processes" in done.stdout
 
 
+def test_workers_benchmark_drains_a_backlog_with_one_two_and_three_worker_processes(tmp_path: Path) -> None:
+    """``benchmarks/bench_workers.py --quick`` (issue 26, item 3): ``paymentcore worker`` processes on one
+    PostgreSQL database pay a backlog; a rate for 1, 2 and 3 workers, the ratios, and the gate (every
+    payout paid once, the ledgers consistent) on each database; the figures are never judged."""
+    postgres = available_postgres_url()
+    if postgres is None:
+        pytest.skip("needs a PostgreSQL server ($PAYMENTCORE_TEST_POSTGRES_URL)")
+    figures = tmp_path / "workers.json"
+    command = [
+        sys.executable, str(ROOT / "benchmarks" / "bench_workers.py"), "--quick", "--postgres", postgres,
+        "--results", str(figures),
+    ]  # fmt: skip
+    done = subprocess.run(
+        command, cwd=ROOT, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=240, check=False
+    )
+    assert done.returncode == 0, f"{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+    report = json.loads(figures.read_text())
+    assert report["gate"]["passed"] and len(report["gate"]["checks"]) == 6
+    assert set(report["payouts_per_s"]) == {"1", "2", "3"} and set(report["ratio_to_one"]) == {"2", "3"}
+    assert all(rate > 0 for rate in report["payouts_per_s"].values())
+    assert "| 3 |" in done.stdout
+
+
 def test_one_core_benchmark_reports_every_figure_of_issue_27(tmp_path: Path) -> None:
     """``benchmarks/run.py --only onecore --quick`` (benchmarks/bench_one_core.py): ``paymentcore serve``
     with its worker against the echo and the bare GET, at c=32 and c=128, the drain after each POST window,

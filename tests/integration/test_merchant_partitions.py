@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import multiprocessing
 import threading
+import time
 import traceback
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier as ProcessBarrier
 from pathlib import Path
+from typing import Any
 
 import attrs
 from test_store_contract import NOW, payout  # type: ignore[import-not-found, unused-ignore]
@@ -172,6 +174,59 @@ def test_the_worker_claims_other_merchants_items_while_one_merchant_is_busy(tmp_
         assert [one.item.merchant for one in later] == [busy]
     finally:
         core.close()
+
+
+def test_two_workers_on_one_database_share_the_payouts_and_pay_each_once(tmp_path: Path) -> None:
+    """Two workers (two cores on one database, as two processes would be) claim disjoint payouts: every
+    payout is paid once, each worker pays a share, and every merchant's money adds up."""
+    url = postgres_url(tmp_path)
+    cores = [PaymentCore.postgresql(url, sender=None, config=Config(sandbox_delay=0)) for _ in range(2)]
+    try:
+        merchants = []
+        for n in range(8):
+            merchant = cores[0].operator.create_merchant(f"M{n}", settlement_currency="XAF")
+            fund(cores[0], merchant.id, "XAF", 100 * AMOUNT)
+            merchants.append(merchant.id)
+        for n in range(160):
+            cores[0].disburse.create(
+                merchants[n % 8], amount=AMOUNT, currency="XAF", phone="670000000", idempotency_key=f"k{n}"
+            )
+        claimed: list[list[str]] = [[], []]
+        for core, mine in zip(cores, claimed, strict=True):
+            runner = core.disburse.runner
+            claim_many = runner.claim_many
+
+            def counted(
+                items: Any, *, isolate: bool = True, _claim: Any = claim_many, _mine: Any = mine
+            ) -> Any:
+                taken = _claim(items, isolate=isolate)
+                _mine.extend(
+                    one.item.key for one in taken if one.step == 1 and one.claim.status.value == "PENDING"
+                )
+                return taken
+
+            runner.claim_many = counted  # type: ignore[method-assign]
+        for core in cores:
+            core.start_worker()
+        deadline = time.monotonic() + WAIT
+        while time.monotonic() < deadline:
+            with cores[0].store.read() as tx:
+                if tx.payouts.count_due(2**62) == 0:
+                    break
+            time.sleep(0.05)
+        for core in cores:
+            core.stop_worker()
+        with cores[0].store.read() as tx:
+            assert tx.payouts.count_due(2**62) == 0
+        first, second = claimed
+        assert first and second, (len(first), len(second))  # both took a share ...
+        assert not set(first) & set(second) and len(first) + len(second) == 160  # ... each payout once
+        for merchant_id in merchants:
+            with cores[0].store.read() as tx:
+                assert check_invariant(tx, merchant_id, "XAF").paid_out == 20 * AMOUNT
+    finally:
+        for core in cores:
+            core.close()
 
 
 def test_a_whole_store_writer_holds_back_every_merchant(tmp_path: Path) -> None:
