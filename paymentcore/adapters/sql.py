@@ -743,15 +743,23 @@ class _Collections(_Repository):
         )
 
 
+def _payout_due(dialect: Dialect) -> str:
+    """_queries.payout_is_due, in ``dialect``."""
+    return (
+        f"next_check_at IS NOT NULL AND next_check_at <= ? AND (({sql_in('status', PAYOUT_SEND_STATUSES)}"
+        f" AND {dialect.flag('awaiting_review', False)}) OR {sql_in('status', PAYOUT_CHECK_STATUSES)})"
+    )
+
+
+#: built once per dialect, not in every transaction (a payout's unit of work opens the repositories)
+_PAYOUT_DUE = {dialect.name: _payout_due(dialect) for dialect in (SQLITE, POSTGRESQL)}
+
+
 class _Payouts(_Repository):
     def __init__(self, rows: Rows) -> None:
         super().__init__(rows)
         self._known: dict[str, Payout] = {}  # read by get_many in this transaction (see there)
-        dialect = rows.dialect
-        self._due = (
-            f"next_check_at IS NOT NULL AND next_check_at <= ? AND (({sql_in('status', PAYOUT_SEND_STATUSES)}"
-            f" AND {dialect.flag('awaiting_review', False)}) OR {sql_in('status', PAYOUT_CHECK_STATUSES)})"
-        )
+        self._due = _PAYOUT_DUE[rows.dialect.name]
 
     def get(self, reference: str) -> Payout | None:
         known = self._known.get(reference)
