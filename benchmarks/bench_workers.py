@@ -71,10 +71,12 @@ def drain(url: str, workers: int, payouts: int, logs: Path, timeout: float) -> f
         start = time.monotonic()
         try:
             for n in range(workers):
-                log = (logs / f"worker-{workers}-{n}.log").open("wb")
-                procs.append(
-                    subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-                )
+                with (logs / f"worker-{workers}-{n}.log").open("wb") as log:  # the child keeps its own copy
+                    procs.append(
+                        subprocess.Popen(
+                            command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+                        )
+                    )
             first: tuple[float, int] | None = None  # when the first payouts were seen PAID, and how many
             while True:
                 row = conn.execute("SELECT count(*) FROM payouts WHERE status = 'PAID'").fetchone()

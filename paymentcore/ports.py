@@ -75,6 +75,7 @@ __all__ = [
     "SecretBox",
     "SessionRepository",
     "SettingsRepository",
+    "SkippingStore",
     "Store",
     "StoreReadOnlyError",
     "StoreUnavailableError",
@@ -729,14 +730,18 @@ class PartitionedStore(Store, Protocol):
         waiting for their writers and whole-store writers only."""
         ...
 
+
+class SkippingStore(PartitionedStore, Protocol):
+    """A partitioned store whose workers can skip a busy partition (PostgreSQL's)."""
+
     def transaction_for_idle(
-        self, merchant_ids: Sequence[str]
+        self, merchant_ids: Sequence[str], *, wait_for: Sequence[str] = ()
     ) -> AbstractContextManager[tuple[UnitOfWork, Sequence[str]]]:
         """A write transaction on those of ``merchant_ids``' partitions that no other unit holds at the
-        moment, taken without waiting (what ``FOR UPDATE SKIP LOCKED`` is to rows): the unit and the
-        merchants it holds. When every one is held elsewhere it waits for one of them, so it always
-        holds at least one. Workers claim with it, so that two workers never queue for one merchant
-        while another's items are due."""
+        moment, taken without waiting (what ``FOR UPDATE SKIP LOCKED`` is to rows), and on those of
+        ``wait_for``, waited for: the unit and the merchants it holds. When it would hold none, it
+        waits for one of them, so it always holds at least one. Workers claim with it, so that two
+        workers never queue for one merchant while another's items are due."""
         ...
 
 

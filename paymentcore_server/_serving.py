@@ -105,9 +105,17 @@ class Acceptor:
     async def _hand_over(self, conn: socket.socket) -> None:
         try:
             await self._loop.connect_accepted_socket(self._protocol, conn)
-        except Exception as exc:  # one connection's failure never stops the others
-            log.warning("a connection accepted could not be served: %r", exc)
+        except BaseException as exc:  # one connection's failure never stops the others
             conn.close()
+            if not isinstance(exc, Exception):
+                raise  # cancelled (the server is shutting down): the socket is closed all the same
+            log.warning("a connection accepted could not be served: %r", exc)
+
+    async def drain(self) -> None:
+        """Wait for the connections being handed over (after :meth:`close`), so that the server's
+        shutdown, which closes the connections it knows, knows them."""
+        if self._handing:
+            await asyncio.gather(*self._handing, return_exceptions=True)
 
     def close(self) -> None:
         """Stop accepting (the connections already handed over stay with their protocols)."""
@@ -150,6 +158,8 @@ class Server(uvicorn.Server):
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         for acceptor in self.acceptors:
             acceptor.close()
+        for acceptor in self.acceptors:
+            await acceptor.drain()
         self.acceptors.clear()
         await super().shutdown(sockets=sockets)
 

@@ -7,7 +7,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
@@ -24,12 +24,15 @@ from paymentcore.ports import (
     References,
     Resolver,
     SecretBox,
+    SkippingStore,
     Store,
     Transaction,
     WebhookSender,
 )
 
 _log = logging.getLogger("paymentcore")
+
+T = TypeVar("T")
 
 
 @attrs.define
@@ -61,22 +64,23 @@ class Deps:
             yield tx
 
     @contextlib.contextmanager
-    def claiming(self, merchants: Sequence[str]) -> Iterator[tuple[Transaction, frozenset[str]]]:
-        """A worker's claim of a batch of ``merchants``' items, told like :meth:`transaction`: on a
-        store partitioned by merchant, a write transaction on those of the partitions that nobody else
-        holds at the moment (``PartitionedStore.transaction_for_idle``: it waits only when every one is
-        busy, and then for one); elsewhere :meth:`transaction`. The transaction and the merchants whose
-        items it may claim."""
+    def claiming(
+        self, merchants: Sequence[str], wait_for: Sequence[str] = ()
+    ) -> Iterator[tuple[Transaction, frozenset[str]]]:
+        """A worker's claim of a batch of ``merchants``' items, told like :meth:`transaction`: on a store
+        that can skip busy partitions (``ports.SkippingStore``), a write transaction on those that
+        nobody else holds at the moment, and on those of ``wait_for`` in any case (it waits for them);
+        elsewhere :meth:`transaction`. The transaction and the merchants whose items it may claim."""
         if self.partitioned and merchants and hasattr(self.store, "transaction_for_idle"):
-            partitioned: PartitionedStore = self.store  # type: ignore[assignment]
-            with self._telling(partitioned.transaction_for_idle(merchants)) as (tx, held):
+            skipping: SkippingStore = self.store  # type: ignore[assignment]
+            with self._telling(skipping.transaction_for_idle(merchants, wait_for=wait_for)) as (tx, held):
                 yield tx, frozenset(held)
             return
         with self.transaction(merchants=merchants) as tx:
             yield tx, frozenset(merchants)
 
     @contextlib.contextmanager
-    def _telling(self, opened: AbstractContextManager[Any]) -> Iterator[Any]:
+    def _telling(self, opened: AbstractContextManager[T]) -> Iterator[T]:
         stack: list[list[Callable[[Observer], None]]] = self._told.__dict__.setdefault("stack", [])
         notes: list[Callable[[Observer], None]] = []
         stack.append(notes)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import random
 import threading
 import time
 from collections import OrderedDict
@@ -37,6 +36,9 @@ log = logging.getLogger("paymentcore.worker")
 #: a lane runs a few items at a time, and a listing is read again when it is used up, so a deeper one
 #: would only decode rows that wait for the next listing anyway
 LANE_DEPTH = 64
+
+#: seconds a claim may skip a merchant whose partition is busy before the next claim waits for it
+BUSY_PATIENCE = 0.2
 
 ClaimT = TypeVar("ClaimT")
 OutcomeT = TypeVar("OutcomeT")
@@ -132,7 +134,9 @@ class Runner(Generic[ClaimT, OutcomeT]):
         kind: str = "work",
         lease_ms: int = 30_000,
         write: Callable[..., AbstractContextManager[Transaction]] | None = None,
-        claiming: Callable[[Sequence[str]], AbstractContextManager[tuple[Transaction, AbstractSet[str]]]]
+        claiming: Callable[
+            [Sequence[str], Sequence[str]], AbstractContextManager[tuple[Transaction, AbstractSet[str]]]
+        ]
         | None = None,
     ) -> None:
         self.task = task
@@ -149,6 +153,8 @@ class Runner(Generic[ClaimT, OutcomeT]):
         # claims skip the merchants another unit holds at the moment (``Deps.claiming``): two workers,
         # or a worker and the API, never queue for one merchant while other merchants' items are due
         self._claiming = claiming if self._many else None
+        self._skipped: dict[str, float] = {}  # merchants whose items a claim left, since when
+        self._skipped_lock = threading.Lock()
         self._heartbeat = lease_ms / 3000  # seconds between renewals of a lease in use
         self._acting: dict[str, _Hold] = {}  # items whose action is under way here, and their leases
         self._acting_lock = threading.Lock()
@@ -169,7 +175,7 @@ class Runner(Generic[ClaimT, OutcomeT]):
                 turns.append([])
             turns[turn].append(item)
         for batch in turns:  # a storage error is raised to the caller, as by run_one
-            claimed = self.claim_many(batch, isolate=False)
+            claimed = self.claim_many(batch, isolate=False, skip_busy=False)
             while claimed:
                 learnt = [(one, outcome) for one in claimed if (outcome := self.act(one)) is not None]
                 claimed = self.record_many(learnt, isolate=False)
@@ -202,17 +208,20 @@ class Runner(Generic[ClaimT, OutcomeT]):
 
     # --- many items at once: one write transaction for a batch's claims, one for its outcomes --------
 
-    def claim_many(self, items: Sequence[Due], *, isolate: bool = True) -> list[Claimed[ClaimT]]:
+    def claim_many(
+        self, items: Sequence[Due], *, isolate: bool = True, skip_busy: bool = True
+    ) -> list[Claimed[ClaimT]]:
         """Claim ``items`` in one write transaction (one per merchant on a store partitioned by
         merchant); the items taken, each with its lease. Should the batch fail, each item is claimed
         again in a transaction of its own, so one bad item holds back no other (``isolate``; else the
-        error is raised)."""
+        error is raised). On a store partitioned by merchant, the items of merchants another unit holds
+        at the moment are left due (``skip_busy``; see :meth:`_open`) rather than waited for."""
 
         def claim(tx: Transaction, item: Due) -> Claimed[ClaimT] | None:
             taken, lease = self._claim(tx, item.key)
             return None if taken is None else Claimed(item, taken, lease)
 
-        return self._in_batches([(item, item) for item in items], claim, isolate, skip_busy=True)
+        return self._in_batches([(item, item) for item in items], claim, isolate, skip_busy=skip_busy)
 
     def act(self, claimed: Claimed[ClaimT]) -> OutcomeT | None:
         """The task's action on one claimed item, outside any transaction (its lease renewed while it
@@ -253,6 +262,8 @@ class Runner(Generic[ClaimT, OutcomeT]):
     ) -> list[Claimed[ClaimT]]:
         groups: dict[str | None, list[tuple[Due, WorkT]]] = {}
         for item, one in work:  # one transaction per merchant only when the store cannot take several
+            if item.merchant is None:  # (every task names its items' merchants; skipping keys on them)
+                skip_busy = False
             groups.setdefault(item.merchant if self._partitioned and not self._many else None, []).append(
                 (item, one)
             )
@@ -288,13 +299,29 @@ class Runner(Generic[ClaimT, OutcomeT]):
     def _open(
         self, merchants: Sequence[str], skip_busy: bool
     ) -> Iterator[tuple[Transaction, AbstractSet[str] | None]]:
-        """A batch's write transaction, and the merchants whose items it may take (None: all)."""
-        if skip_busy and self._claiming is not None and merchants:
-            with self._claiming(merchants) as (tx, held):
-                yield tx, held
+        """A batch's write transaction, and the merchants whose items it may take (None: all).
+
+        With ``skip_busy`` (claims) on a store partitioned by merchant, the partitions another unit
+        holds at the moment are skipped, not waited for; but a merchant skipped for ``BUSY_PATIENCE``
+        seconds is waited for at the next claim, so a merchant whose API requests keep its partition
+        busy still has its items claimed in turn, not only when no other merchant has any."""
+        if not (skip_busy and self._claiming is not None and merchants):
+            with self._write(merchant_id=None, merchants=merchants) as tx:
+                yield tx, None
             return
-        with self._write(merchant_id=None, merchants=merchants) as tx:
-            yield tx, None
+        now = time.monotonic()
+        with self._skipped_lock:
+            waited = [m for m in merchants if now - self._skipped.get(m, now) >= BUSY_PATIENCE]
+        with self._claiming(merchants, waited) as (tx, held):
+            yield tx, held
+        with self._skipped_lock:
+            if len(self._skipped) > 10_000:  # merchants skipped once whose items another worker took
+                self._skipped.clear()
+            for merchant in merchants:
+                if merchant in held:
+                    self._skipped.pop(merchant, None)
+                else:
+                    self._skipped.setdefault(merchant, now)
 
     def _claim(self, tx: Transaction, key: str) -> tuple[ClaimT | None, int]:
         now = self._clock.now()
@@ -462,8 +489,6 @@ class Pump:
         self._queued = 0
         self._listed: list[Due] = []  # the last scan's items not yet started, in their turn order
         self._listed_at = 0.0
-        self._contended = False  # the last claim missed items (another worker claims beside this one)
-        self._random = random.Random()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._pool: ThreadPoolExecutor | None = None
@@ -534,13 +559,8 @@ class Pump:
         moment = time.monotonic()
         self._demote(moment)
         if not self._listed or moment - self._listed_at >= self._interval:
-            due = list(self._runner.due(self._scan))
+            due = self._runner.due(self._scan)
             self._queued = len(due)
-            if self._contended:
-                # another worker claims from the same listing: taken in the same order, most of each
-                # one's claims would find the items just taken by the other; in a random order they
-                # mostly take different ones (every item listed is due; each lane keeps its turns)
-                self._random.shuffle(due)
             self._listed = in_turns(due, lambda item: item.lane, len(due))  # each lane's first, ...
             self._listed_at = moment
         started: list[Due] = []
@@ -573,14 +593,9 @@ class Pump:
             log.exception("%s: claiming %d items failed", self.name, len(started))
             claimed = []
         taken = {one.item.key for one in claimed}
-        missed = [item for item in started if item.key not in taken]
-        for item in missed:
-            self._finish(item)  # another worker has it, its merchant was busy, or it is no longer due
-        # a claim that missed items: the listing is stale (another worker took some, or a merchant was
-        # busy); it is read afresh, and while claims miss, in a random order
-        self._contended = bool(missed)
-        if missed:
-            self._listed_at = float("-inf")
+        for item in started:
+            if item.key not in taken:  # another worker has it, its merchant was busy, or it is no longer
+                self._finish(item, judge=False)  # due: nothing ran, so its lane's verdict stands
         assert self._pool is not None or not claimed
         for one in claimed:
             assert self._pool is not None
@@ -683,8 +698,10 @@ class Pump:
                 self._slow += 1
                 lane.slow += 1
 
-    def _finish(self, item: Due) -> None:
-        """The item is done here (recorded, not claimed, or given up): its slot and lane are freed."""
+    def _finish(self, item: Due, *, judge: bool = True) -> None:
+        """The item is done here (recorded, not claimed, or given up): its slot and lane are freed; how
+        long it took proves its lane quick or makes it suspect (``judge``: not for an item whose claim
+        missed, which ran nothing)."""
         with self._lock:
             flight = self._flights.pop(item.key, None)
             if flight is None:
@@ -697,7 +714,9 @@ class Pump:
             else:
                 self._fresh -= 1
                 lane.fresh -= 1
-            if took < self._slow_after:
+            if not judge:
+                pass
+            elif took < self._slow_after:
                 lane.proven = True
                 lane.suspect = False
             else:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import random
 import re
 import secrets
 import sqlite3
@@ -308,23 +309,29 @@ class _PostgresRows(Rows):
                 )
             self._locked = True
 
-    def lock_idle(self) -> tuple[str, ...]:
-        """Take the partitions of those of the unit's merchants that no other unit holds now, without
-        waiting (``pg_try_advisory_xact_lock``); when every one is held elsewhere, wait for the first
-        in key order. The unit's partition becomes the merchants held, which this returns."""
+    def lock_idle(self, wait_for: Sequence[str] = ()) -> tuple[str, ...]:
+        """Take the partitions of ``wait_for`` (waiting, in key order), then of those of the unit's other
+        merchants that no other unit holds now, without waiting (``pg_try_advisory_xact_lock``), in
+        one statement; when that holds none, wait for one of them, chosen at random (two workers
+        finding every merchant busy do not both queue for the same one). A try never waits, so no
+        order of these locks can deadlock with another unit's. The unit's partition becomes the
+        merchants held, which this returns."""
         assert self.writable and not self._locked and isinstance(self.partition, tuple)
         by_half: dict[int, list[str]] = {}
         for merchant in self.partition:
             by_half.setdefault(_lock_half("merchant", merchant), []).append(merchant)
-        halves = sorted(by_half)
+        waited = sorted({_lock_half("merchant", merchant) for merchant in wait_for} & by_half.keys())
+        tried = sorted(by_half.keys() - set(waited))
         row = self.conn.execute(
-            "SELECT pg_advisory_xact_lock_shared(%s)" + ", pg_try_advisory_xact_lock(%s, %s)" * len(halves),
-            (self._write_lock, *(part for half in halves for part in (self._partitions, half))),
+            "SELECT pg_advisory_xact_lock_shared(%s)"
+            + ", pg_advisory_xact_lock(%s, %s)" * len(waited)
+            + ", pg_try_advisory_xact_lock(%s, %s)" * len(tried),
+            (self._write_lock, *(part for half in (*waited, *tried) for part in (self._partitions, half))),
         ).fetchone()
         assert row is not None
-        got = [half for half, free in zip(halves, row[1:], strict=True) if free]
+        got = waited + [half for half, free in zip(tried, row[1 + len(waited) :], strict=True) if free]
         if not got:  # every one is busy: wait for one (the shared lock is held, as in _lock's order)
-            got = halves[:1]
+            got = [random.choice(tried)]
             self.conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (self._partitions, got[0]))
         self.partition = tuple(sorted(merchant for half in got for merchant in by_half[half]))
         self._locked = True
@@ -362,14 +369,19 @@ class _PostgresRows(Rows):
             cursor.executemany(sql, rows)
 
     def hold_keys(self, namespace: str, keys: Sequence[str]) -> None:
-        """The keys' locks in one statement, in their lock keys' order (the same in every unit)."""
-        halves = sorted({_lock_half(namespace, key) for key in keys if (namespace, key) not in self._held})
+        """The keys' locks in one statement, taken one after another in the keys' order (the order in
+        which every unit, and the releases that took them one statement each, take them)."""
+        halves: list[int] = []
+        for key in sorted(set(keys)):
+            half = _lock_half(namespace, key)
+            if (namespace, key) not in self._held and half not in halves:
+                halves.append(half)
         if halves:
             self.conn.execute(
                 "SELECT " + ", ".join("pg_advisory_xact_lock(%s, %s)" for _ in halves),
                 [part for half in halves for part in (self._namespace, half)],
             )
-            self._held.update((namespace, key) for key in keys)
+        self._held.update((namespace, key) for key in keys)
 
     def hold_key(self, namespace: str, key: str) -> None:
         if (namespace, key) not in self._held:
@@ -564,16 +576,16 @@ class PostgresStore:
 
     @contextmanager
     def transaction_for_idle(
-        self, merchant_ids: Sequence[str]
+        self, merchant_ids: Sequence[str], *, wait_for: Sequence[str] = ()
     ) -> Iterator[tuple[PostgresTransaction, tuple[str, ...]]]:
-        """A worker's claim (``ports.PartitionedStore``): a write transaction on those of the merchants'
-        partitions that nobody holds now, taken in one round trip without waiting, and the merchants
-        it holds; it waits, for one, only when all are busy."""
+        """A worker's claim (``ports.SkippingStore``): a write transaction on those of the merchants'
+        partitions that nobody holds now and on those of ``wait_for`` (waited for), taken in one round
+        trip, and the merchants it holds; when that would be none it waits for one."""
         partition = tuple(sorted(set(merchant_ids)))
         if not partition:
             raise ValueError("transaction_for_idle needs at least one merchant")
         with self._unit("BEGIN ISOLATION LEVEL READ COMMITTED", writable=True, partition=partition) as tx:
-            yield tx, tx.rows.lock_idle()
+            yield tx, tx.rows.lock_idle(wait_for)
 
     @contextmanager
     def read(self) -> Iterator[PostgresTransaction]:

@@ -797,17 +797,24 @@ class _Payouts(_Repository):
         # their own order (next_check_at, reference), then every merchant's first, every second, ...;
         # with per_lane, only each lane's (provider's) first in that order (_queries.at_most_per_lane);
         # numbered on the narrow rows, and only the `limit` chosen are read whole
+        turns = (
+            "SELECT reference, provider, next_check_at, row_number() OVER (PARTITION BY merchant_id"
+            f" ORDER BY next_check_at, reference) AS turn FROM payouts WHERE {self._due}"
+        )
+        params: tuple[int, ...] = (now, limit)
+        if per_lane is not None:
+            turns = (
+                "SELECT reference, next_check_at, turn FROM (SELECT reference, next_check_at, turn,"
+                " row_number() OVER (PARTITION BY provider ORDER BY turn, next_check_at, reference)"
+                f" AS lane_turn FROM ({turns}) AS turns) AS lanes WHERE lane_turn <= ?"
+            )
+            params = (now, per_lane, limit)
         names = ", ".join(f"p.{column}" for column in _PAYOUTS.columns)
         rows = self._rows.run(
-            f"SELECT {names} FROM (SELECT reference, next_check_at, turn FROM (SELECT reference,"
-            " next_check_at, turn, row_number() OVER (PARTITION BY provider ORDER BY turn,"
-            " next_check_at, reference) AS lane_turn FROM (SELECT reference, provider, next_check_at,"
-            " row_number() OVER (PARTITION BY merchant_id ORDER BY next_check_at, reference) AS turn"
-            f" FROM payouts WHERE {self._due}) AS turns) AS lanes WHERE lane_turn <= ?"
-            " ORDER BY turn, next_check_at, reference LIMIT ?) AS due"
+            f"SELECT {names} FROM ({turns} ORDER BY turn, next_check_at, reference LIMIT ?) AS due"
             " JOIN payouts AS p ON p.reference = due.reference"
             " ORDER BY due.turn, due.next_check_at, due.reference",
-            (now, limit if per_lane is None else per_lane, limit),
+            params,
         ).fetchall()
         return [_PAYOUTS.decode(row) for row in rows]
 
@@ -1218,15 +1225,18 @@ class _Rates(_Repository):
         self.add_many([(key_id, width, start, hits)])
 
     def add_many(self, counts: Sequence[tuple[str, int, int, int]]) -> None:
-        if not counts:
+        buckets: dict[tuple[str, int, int], int] = {}  # one row each: a statement updates a row once
+        for key_id, width, start, hits in counts:
+            buckets[(key_id, width, start)] = buckets.get((key_id, width, start), 0) + hits
+        if not buckets:
             return
         if self._rows.writable:
-            self._rows.hold_keys("rate", [key_id for key_id, *_ in counts])
-        values = ", ".join("(?, ?, ?, ?)" for _ in counts)
-        self._rows.write(  # one bucket at most once in ``counts``: one statement may not update a row twice
+            self._rows.hold_keys("rate", [key_id for key_id, _, _ in buckets])
+        values = ", ".join("(?, ?, ?, ?)" for _ in buckets)
+        self._rows.write(
             f"INSERT INTO rate_counts (key_id, width, start, hits) VALUES {values}"
             " ON CONFLICT (key_id, width, start) DO UPDATE SET hits = rate_counts.hits + excluded.hits",
-            [value for count in counts for value in count],
+            [value for bucket, hits in buckets.items() for value in (*bucket, hits)],
             lock=False,
         )
 

@@ -20,6 +20,7 @@ from test_store_contract import NOW, payout  # type: ignore[import-not-found, un
 from paymentcore import Config, InsufficientBalanceError, PaymentCore
 from paymentcore._domain.models import PayoutStatus
 from paymentcore._services.ledger import check_invariant
+from paymentcore._services.work import BUSY_PATIENCE
 from paymentcore.adapters.postgres import PostgresStore
 from paymentcore.testing import fund
 
@@ -176,6 +177,89 @@ def test_the_worker_claims_other_merchants_items_while_one_merchant_is_busy(tmp_
         core.close()
 
 
+def _due_payouts(core: PaymentCore, names: list[str]) -> list[str]:
+    """A merchant per name, each with one payout due, to MTN and Orange in turn (two lanes: a worker's
+    tick takes one item of each lane per batch); their ids."""
+    merchants = []
+    for n, name in enumerate(names):
+        merchant = core.operator.create_merchant(name, settlement_currency="XAF")
+        fund(core, merchant.id, "XAF", 10_000)
+        phone = ("670000000", "690000000")[n % 2]
+        core.disburse.create(merchant.id, amount=AMOUNT, currency="XAF", phone=phone, idempotency_key="k")
+        merchants.append(merchant.id)
+    return merchants
+
+
+def test_a_merchant_skipped_for_a_while_is_waited_for_at_the_next_claim(tmp_path: Path) -> None:
+    """A merchant whose partition stays busy (a stream of its API requests) is skipped by a claim, but not
+    for ever: once skipped for BUSY_PATIENCE, the next claim that lists it waits for it."""
+    core = PaymentCore.postgresql(postgres_url(tmp_path), sender=None, config=Config(sandbox_delay=0))
+    try:
+        busy, first, second = _due_payouts(core, ["Busy", "First", "Second"])
+        store = core.store
+        assert isinstance(store, PostgresStore)
+        runner = core.disburse.runner
+        due = {item.merchant: item for item in runner.due(10)}
+        inside, release = threading.Event(), threading.Event()
+        holder = threading.Thread(target=_hold, args=(store, busy, inside, release))
+        holder.start()
+        claimed: list[str | None] = []
+        done = threading.Event()
+        try:
+            assert inside.wait(WAIT)
+            assert [one.item.merchant for one in runner.claim_many([due[busy], due[first]])] == [first]
+            time.sleep(BUSY_PATIENCE + 0.05)
+
+            def claim() -> None:
+                claimed.extend(one.item.merchant for one in runner.claim_many([due[busy], due[second]]))
+                done.set()
+
+            waiting = threading.Thread(target=claim)
+            waiting.start()
+            assert not done.wait(0.5)  # it waits for the busy merchant, now past its patience
+        finally:
+            release.set()
+            holder.join(WAIT)
+        assert done.wait(WAIT)
+        waiting.join(WAIT)
+        assert sorted(claimed, key=str) == sorted([busy, second])
+    finally:
+        core.close()
+
+
+def test_tick_waits_for_a_busy_merchant_rather_than_leaving_its_items(tmp_path: Path) -> None:
+    """``Worker.tick`` / ``Runner.run_due`` works every due item once: a busy merchant is waited for."""
+    core = PaymentCore.postgresql(postgres_url(tmp_path), sender=None, config=Config(sandbox_delay=0))
+    try:
+        busy, other = _due_payouts(core, ["Busy", "Other"])
+        store = core.store
+        assert isinstance(store, PostgresStore)
+        inside, release = threading.Event(), threading.Event()
+        holder = threading.Thread(target=_hold, args=(store, busy, inside, release))
+        holder.start()
+        done = threading.Event()
+        try:
+            assert inside.wait(WAIT)
+
+            def tick() -> None:
+                core.disburse.runner.run_due(10)
+                done.set()
+
+            ticking = threading.Thread(target=tick)
+            ticking.start()
+            assert not done.wait(0.5)
+        finally:
+            release.set()
+            holder.join(WAIT)
+        assert done.wait(WAIT)
+        ticking.join(WAIT)
+        for merchant_id in (busy, other):
+            with core.store.read() as tx:
+                assert check_invariant(tx, merchant_id, "XAF").paid_out == AMOUNT  # sent and paid
+    finally:
+        core.close()
+
+
 def test_two_workers_on_one_database_share_the_payouts_and_pay_each_once(tmp_path: Path) -> None:
     """Two workers (two cores on one database, as two processes would be) claim disjoint payouts: every
     payout is paid once, each worker pays a share, and every merchant's money adds up."""
@@ -197,9 +281,14 @@ def test_two_workers_on_one_database_share_the_payouts_and_pay_each_once(tmp_pat
             claim_many = runner.claim_many
 
             def counted(
-                items: Any, *, isolate: bool = True, _claim: Any = claim_many, _mine: Any = mine
+                items: Any,
+                *,
+                isolate: bool = True,
+                skip_busy: bool = True,
+                _claim: Any = claim_many,
+                _mine: Any = mine,
             ) -> Any:
-                taken = _claim(items, isolate=isolate)
+                taken = _claim(items, isolate=isolate, skip_busy=skip_busy)
                 _mine.extend(
                     one.item.key for one in taken if one.step == 1 and one.claim.status.value == "PENDING"
                 )

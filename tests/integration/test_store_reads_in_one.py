@@ -75,3 +75,8 @@ def test_a_keys_rate_windows_are_read_together(store: Store) -> None:
         assert spans == [tx.rates.buckets("key_1", 1000, 1000), tx.rates.buckets("key_1", 60_000, 0)]
         assert spans == [[(5000, 1)], [(0, 7), (60_000, 3)]]
         assert found["key_2"] == [[(5000, 9)], []] and found["key_3"] == [[], []]
+    with store.transaction() as tx:  # one bucket twice in one call: both added, on every store
+        tx.rates.add_many([("key_3", 1000, 5000, 2), ("key_2", 1000, 5000, 1), ("key_3", 1000, 5000, 3)])
+    with store.read() as tx:
+        assert tx.rates.buckets("key_3", 1000, 0) == [(5000, 5)]
+        assert tx.rates.buckets("key_2", 1000, 0) == [(5000, 10)]

@@ -19,7 +19,9 @@ DEADLINE = 10.0
 class InstantBatches(Runner[str, str]):
     """No store: every item listed is claimed, and recording an outcome has no next step."""
 
-    def claim_many(self, items: Sequence[Due], *, isolate: bool = True) -> list[Claimed[str]]:
+    def claim_many(
+        self, items: Sequence[Due], *, isolate: bool = True, skip_busy: bool = True
+    ) -> list[Claimed[str]]:
         return [Claimed(item, item.key, 0) for item in items]
 
     def record_many(
@@ -47,7 +49,9 @@ class CountingRunner(InstantBatches):
         pending = [Due(key, lane) for key, lane in self.items.items() if key not in finished]
         return pending[:limit]
 
-    def claim_many(self, items: Sequence[Due], *, isolate: bool = True) -> list[Claimed[str]]:
+    def claim_many(
+        self, items: Sequence[Due], *, isolate: bool = True, skip_busy: bool = True
+    ) -> list[Claimed[str]]:
         # as a store's claim does: an item done meanwhile (listed before it was) is not taken again
         with self.lock:
             finished = set(self.done)
@@ -206,7 +210,9 @@ class BatchCounting(Runner[str, str]):
             done = set(self.recorded)
         return [Due(key, lane) for key, lane in self.items.items() if key not in done][:limit]
 
-    def claim_many(self, items: Sequence[Due], *, isolate: bool = True) -> list[Claimed[str]]:
+    def claim_many(
+        self, items: Sequence[Due], *, isolate: bool = True, skip_busy: bool = True
+    ) -> list[Claimed[str]]:
         with self.lock:
             self.claims.append(len(items))
         return [Claimed(item, item.key, 0) for item in items]
@@ -239,6 +245,55 @@ def test_a_round_claims_its_items_together_and_outcomes_are_recorded_many_at_a_t
             time.sleep(0.01)
         assert sum(runner.records) == 12
         assert len(runner.records) <= 3, runner.records  # the first alone, then the rest together
+    finally:
+        runner.release.set()
+        pump.stop()
+
+
+class RefusedClaims(HangingLanes):
+    """As HangingLanes, but the claims of the items in ``refused`` miss (another worker took them, or
+    their merchant was busy), as a store's claim may."""
+
+    def __init__(self, items: dict[str, str], refused: set[str]) -> None:
+        super().__init__(items)
+        self.refused = refused
+        self.misses = 0
+
+    def claim_many(
+        self, items: Sequence[Due], *, isolate: bool = True, skip_busy: bool = True
+    ) -> list[Claimed[str]]:
+        with self.lock:
+            self.misses += sum(1 for item in items if item.key in self.refused)
+        return [Claimed(item, item.key, 0) for item in items if item.key not in self.refused]
+
+
+def test_a_claim_that_misses_does_not_clear_a_hanging_lanes_verdict() -> None:
+    # the lane hangs: its first item is told apart and the lane turns suspect (slow pool, two items at
+    # most); the claims of its second item then keep missing. A miss ran nothing: it proves nothing
+    # about the lane, which must stay suspect (not win back fresh slots at every miss)
+    runner = RefusedClaims({"h-0": "hang-x", "h-1": "hang-x"}, refused={"h-1"})
+    pump = Pump(
+        runner,
+        name="test",
+        concurrency=4,
+        per_lane=4,
+        first_per_lane=1,
+        slow_concurrency=4,
+        slow_per_lane=2,
+        slow_after=0.2,
+        interval=0.02,
+    )
+    pump.start()
+    try:
+        deadline = time.monotonic() + DEADLINE
+        while time.monotonic() < deadline:
+            with runner.lock:
+                if runner.misses >= 5:
+                    break
+            time.sleep(0.01)
+        assert runner.misses >= 5
+        assert pump.suspect_lanes() == ["hang-x"]
+        assert pump.pools() == (0, 1)  # h-0 in the slow pool; h-1 holds no slot between its tries
     finally:
         runner.release.set()
         pump.stop()
