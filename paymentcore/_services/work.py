@@ -714,11 +714,9 @@ class Pump:
             else:
                 self._fresh -= 1
                 lane.fresh -= 1
-            if not judge:
-                pass
-            elif took < self._slow_after:
+            if judge and took < self._slow_after:
                 lane.proven = True
                 lane.suspect = False
-            else:
+            elif judge:
                 lane.suspect = True
         self._wake.set()
