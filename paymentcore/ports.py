@@ -732,16 +732,13 @@ class PartitionedStore(Store, Protocol):
 
 
 class SkippingStore(PartitionedStore, Protocol):
-    """A partitioned store whose workers can skip a busy partition (PostgreSQL's)."""
+    """A partitioned store whose workers' claims pass over the items others hold (PostgreSQL's)."""
 
-    def transaction_for_idle(
-        self, merchant_ids: Sequence[str], *, wait_for: Sequence[str] = ()
-    ) -> AbstractContextManager[tuple[UnitOfWork, Sequence[str]]]:
-        """A write transaction on those of ``merchant_ids``' partitions that no other unit holds at the
-        moment, taken without waiting (what ``FOR UPDATE SKIP LOCKED`` is to rows), and on those of
-        ``wait_for``, waited for: the unit and the merchants it holds. When it would hold none, it
-        waits for one of them, so it always holds at least one. Workers claim with it, so that two
-        workers never queue for one merchant while another's items are due."""
+    def transaction_for_claims(self) -> AbstractContextManager[UnitOfWork]:
+        """A write transaction for a worker's claim: it takes no merchant's partition, and its reads for
+        update pass over the rows another unit holds (``FOR UPDATE SKIP LOCKED``) as if they were not
+        there. A claim changes only its items' rows and their leases, never money; so it never waits
+        for a merchant's API requests or another worker's batch, and two workers claim disjoint items."""
         ...
 
 

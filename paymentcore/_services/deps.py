@@ -64,20 +64,18 @@ class Deps:
             yield tx
 
     @contextlib.contextmanager
-    def claiming(
-        self, merchants: Sequence[str], wait_for: Sequence[str] = ()
-    ) -> Iterator[tuple[Transaction, frozenset[str]]]:
+    def claiming(self, merchants: Sequence[str]) -> Iterator[Transaction]:
         """A worker's claim of a batch of ``merchants``' items, told like :meth:`transaction`: on a store
-        that can skip busy partitions (``ports.SkippingStore``), a write transaction on those that
-        nobody else holds at the moment, and on those of ``wait_for`` in any case (it waits for them);
-        elsewhere :meth:`transaction`. The transaction and the merchants whose items it may claim."""
-        if self.partitioned and merchants and hasattr(self.store, "transaction_for_idle"):
+        whose claims can pass over the items others hold (``ports.SkippingStore``), a write transaction
+        that takes no merchant's partition and skips the rows another unit holds; elsewhere
+        :meth:`transaction` on those merchants."""
+        if self.partitioned and merchants and hasattr(self.store, "transaction_for_claims"):
             skipping: SkippingStore = self.store  # type: ignore[assignment]
-            with self._telling(skipping.transaction_for_idle(merchants, wait_for=wait_for)) as (tx, held):
-                yield tx, frozenset(held)
+            with self._telling(skipping.transaction_for_claims()) as tx:
+                yield tx
             return
         with self.transaction(merchants=merchants) as tx:
-            yield tx, frozenset(merchants)
+            yield tx
 
     @contextlib.contextmanager
     def _telling(self, opened: AbstractContextManager[T]) -> Iterator[T]:

@@ -12,13 +12,11 @@ together: their claims share one transaction, and so do their outcomes (:meth:`R
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
-from collections.abc import Set as AbstractSet
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from typing import Any, Generic, Protocol, TypeVar
@@ -36,9 +34,6 @@ log = logging.getLogger("paymentcore.worker")
 #: a lane runs a few items at a time, and a listing is read again when it is used up, so a deeper one
 #: would only decode rows that wait for the next listing anyway
 LANE_DEPTH = 64
-
-#: seconds a claim may skip a merchant whose partition is busy before the next claim waits for it
-BUSY_PATIENCE = 0.2
 
 ClaimT = TypeVar("ClaimT")
 OutcomeT = TypeVar("OutcomeT")
@@ -134,10 +129,7 @@ class Runner(Generic[ClaimT, OutcomeT]):
         kind: str = "work",
         lease_ms: int = 30_000,
         write: Callable[..., AbstractContextManager[Transaction]] | None = None,
-        claiming: Callable[
-            [Sequence[str], Sequence[str]], AbstractContextManager[tuple[Transaction, AbstractSet[str]]]
-        ]
-        | None = None,
+        claiming: Callable[[Sequence[str]], AbstractContextManager[Transaction]] | None = None,
     ) -> None:
         self.task = task
         self.kind = kind
@@ -150,11 +142,9 @@ class Runner(Generic[ClaimT, OutcomeT]):
         # (all at once when the store can, else one transaction per merchant); else one transaction
         self._partitioned = write is not None and hasattr(store, "transaction_for")
         self._many = self._partitioned and hasattr(store, "transaction_for_many")
-        # claims skip the merchants another unit holds at the moment (``Deps.claiming``): two workers,
-        # or a worker and the API, never queue for one merchant while other merchants' items are due
+        # claims pass over the items another unit holds at the moment (``Deps.claiming``): two
+        # workers, or a worker and the API, never queue for one another while other items are due
         self._claiming = claiming if self._many else None
-        self._skipped: dict[str, float] = {}  # merchants whose items a claim left, since when
-        self._skipped_lock = threading.Lock()
         self._heartbeat = lease_ms / 3000  # seconds between renewals of a lease in use
         self._acting: dict[str, _Hold] = {}  # items whose action is under way here, and their leases
         self._acting_lock = threading.Lock()
@@ -214,8 +204,8 @@ class Runner(Generic[ClaimT, OutcomeT]):
         """Claim ``items`` in one write transaction (one per merchant on a store partitioned by
         merchant); the items taken, each with its lease. Should the batch fail, each item is claimed
         again in a transaction of its own, so one bad item holds back no other (``isolate``; else the
-        error is raised). On a store partitioned by merchant, the items of merchants another unit holds
-        at the moment are left due (``skip_busy``; see :meth:`_open`) rather than waited for."""
+        error is raised). On a store whose claims can pass over what others hold, the items another
+        unit holds at the moment are left due (``skip_busy``; see :meth:`_open`) rather than waited for."""
 
         def claim(tx: Transaction, item: Due) -> Claimed[ClaimT] | None:
             taken, lease = self._claim(tx, item.key)
@@ -271,10 +261,7 @@ class Runner(Generic[ClaimT, OutcomeT]):
         for batch in groups.values():
             merchants = sorted({item.merchant for item, _ in batch if item.merchant is not None})
             try:
-                with self._open(merchants, skip_busy) as (tx, held):
-                    if held is not None and len(held) < len(merchants):
-                        # the busy merchants' items are not claimed: they stay due for a next round
-                        batch = [(item, one) for item, one in batch if item.merchant in held]
+                with self._open(merchants, skip_busy) as tx:
                     if len(batch) > 1:
                         self.task.prefetch(tx, [item.key for item, _ in batch])
                     results = [step(tx, one) for _, one in batch]
@@ -295,33 +282,13 @@ class Runner(Generic[ClaimT, OutcomeT]):
             out.extend(result for result in results if result is not None)
         return out
 
-    @contextlib.contextmanager
-    def _open(
-        self, merchants: Sequence[str], skip_busy: bool
-    ) -> Iterator[tuple[Transaction, AbstractSet[str] | None]]:
-        """A batch's write transaction, and the merchants whose items it may take (None: all).
-
-        With ``skip_busy`` (claims) on a store partitioned by merchant, the partitions another unit
-        holds at the moment are skipped, not waited for; but a merchant skipped for ``BUSY_PATIENCE``
-        seconds is waited for at the next claim, so a merchant whose API requests keep its partition
-        busy still has its items claimed in turn, not only when no other merchant has any."""
-        if not (skip_busy and self._claiming is not None and merchants):
-            with self._write(merchant_id=None, merchants=merchants) as tx:
-                yield tx, None
-            return
-        now = time.monotonic()
-        with self._skipped_lock:
-            waited = [m for m in merchants if now - self._skipped.get(m, now) >= BUSY_PATIENCE]
-        with self._claiming(merchants, waited) as (tx, held):
-            yield tx, held
-        with self._skipped_lock:
-            if len(self._skipped) > 10_000:  # merchants skipped once whose items another worker took
-                self._skipped.clear()
-            for merchant in merchants:
-                if merchant in held:
-                    self._skipped.pop(merchant, None)
-                else:
-                    self._skipped.setdefault(merchant, now)
+    def _open(self, merchants: Sequence[str], skip_busy: bool) -> AbstractContextManager[Transaction]:
+        """A batch's write transaction: with ``skip_busy`` (claims), on a store that can, one that takes
+        no merchant's partition and passes over the items another unit holds (they stay due for a
+        later round); else one on the partitions of the batch's merchants."""
+        if skip_busy and self._claiming is not None and merchants:
+            return self._claiming(merchants)
+        return self._write(merchant_id=None, merchants=merchants)
 
     def _claim(self, tx: Transaction, key: str) -> tuple[ClaimT | None, int]:
         now = self._clock.now()

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import random
 import re
 import secrets
 import sqlite3
@@ -297,7 +296,8 @@ class _PostgresRows(Rows):
         if self.writable and not self._locked:
             if self.partition is None:  # the whole store: every other writer waits
                 self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._write_lock,))
-            else:  # merchants' partitions: only their writers (and whole-store writers) wait
+            else:  # merchants' partitions: only their writers (and whole-store writers) wait; none
+                # (a claim's unit, ``partition=()``): the store's lock shared, and its rows' own locks
                 merchants = (self.partition,) if isinstance(self.partition, str) else self.partition
                 # several merchants' locks in one order everywhere (their keys'), so two units of
                 # several merchants never hold one each of two locks the other waits for
@@ -308,34 +308,6 @@ class _PostgresRows(Rows):
                     (self._write_lock, *(part for half in halves for part in (self._partitions, half))),
                 )
             self._locked = True
-
-    def lock_idle(self, wait_for: Sequence[str] = ()) -> tuple[str, ...]:
-        """Take the partitions of ``wait_for`` (waiting, in key order), then of those of the unit's other
-        merchants that no other unit holds now, without waiting (``pg_try_advisory_xact_lock``), in
-        one statement; when that holds none, wait for one of them, chosen at random (two workers
-        finding every merchant busy do not both queue for the same one). A try never waits, so no
-        order of these locks can deadlock with another unit's. The unit's partition becomes the
-        merchants held, which this returns."""
-        assert self.writable and not self._locked and isinstance(self.partition, tuple)
-        by_half: dict[int, list[str]] = {}
-        for merchant in self.partition:
-            by_half.setdefault(_lock_half("merchant", merchant), []).append(merchant)
-        waited = sorted({_lock_half("merchant", merchant) for merchant in wait_for} & by_half.keys())
-        tried = sorted(by_half.keys() - set(waited))
-        row = self.conn.execute(
-            "SELECT pg_advisory_xact_lock_shared(%s)"
-            + ", pg_advisory_xact_lock(%s, %s)" * len(waited)
-            + ", pg_try_advisory_xact_lock(%s, %s)" * len(tried),
-            (self._write_lock, *(part for half in (*waited, *tried) for part in (self._partitions, half))),
-        ).fetchone()
-        assert row is not None
-        got = waited + [half for half, free in zip(tried, row[1 + len(waited) :], strict=True) if free]
-        if not got:  # every one is busy: wait for one (the shared lock is held, as in _lock's order)
-            got = [random.choice(tried)]
-            self.conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (self._partitions, got[0]))
-        self.partition = tuple(sorted(merchant for half in got for merchant in by_half[half]))
-        self._locked = True
-        return self.partition
 
     def update(self, codec: Codec, record: Any) -> None:
         """In pipeline mode the update travels with the next statement whose result is read; that it
@@ -575,17 +547,17 @@ class PostgresStore:
             yield tx
 
     @contextmanager
-    def transaction_for_idle(
-        self, merchant_ids: Sequence[str], *, wait_for: Sequence[str] = ()
-    ) -> Iterator[tuple[PostgresTransaction, tuple[str, ...]]]:
-        """A worker's claim (``ports.SkippingStore``): a write transaction on those of the merchants'
-        partitions that nobody holds now and on those of ``wait_for`` (waited for), taken in one round
-        trip, and the merchants it holds; when that would be none it waits for one."""
-        partition = tuple(sorted(set(merchant_ids)))
-        if not partition:
-            raise ValueError("transaction_for_idle needs at least one merchant")
-        with self._unit("BEGIN ISOLATION LEVEL READ COMMITTED", writable=True, partition=partition) as tx:
-            yield tx, tx.rows.lock_idle(wait_for)
+    def transaction_for_claims(self) -> Iterator[PostgresTransaction]:
+        """A worker's claim (``ports.SkippingStore``): a write transaction that takes no merchant's
+        partition, only the store's lock shared (whole-store writers still wait for it), and whose
+        reads for update pass over the rows another unit holds (``FOR UPDATE SKIP LOCKED``): another
+        worker's claim or outcome, a request acting on that item. So a claim never waits for a merchant's
+        API requests or another worker's batch; the items it passes over stay due. Claims change only
+        their items' rows (and the leases), never money, so they need no merchant's lock; and as a
+        claim waits for no row, its locks cannot close a circle with any other unit's."""
+        with self._unit("BEGIN ISOLATION LEVEL READ COMMITTED", writable=True, partition=()) as tx:
+            tx.rows.skip_locked = True
+            yield tx
 
     @contextmanager
     def read(self) -> Iterator[PostgresTransaction]:

@@ -96,6 +96,8 @@ class Dialect:
     for_update: str
     #: whether to name the partial index a query should use (SQLite's planner, without statistics)
     hints: bool
+    #: appended to ``for_update`` in a worker's claim: rows another unit has locked are passed over
+    skip_locked: str = ""
     _cache: dict[str, str] = attrs.field(factory=dict, eq=False, repr=False)
 
     def flag(self, column: str, value: bool) -> str:
@@ -123,7 +125,9 @@ class Dialect:
 
 
 SQLITE = Dialect("sqlite", "rowid", "{} = 1", "{} = 0", "min", "", hints=True)
-POSTGRESQL = Dialect("postgresql", "seq", "{}", "NOT {}", "LEAST", " FOR UPDATE", hints=False)
+POSTGRESQL = Dialect(
+    "postgresql", "seq", "{}", "NOT {}", "LEAST", " FOR UPDATE", hints=False, skip_locked=" SKIP LOCKED"
+)
 
 
 # --- SQL generated from the definitions in paymentcore._domain.queries ---------------------------
@@ -354,6 +358,9 @@ class Rows(abc.ABC):
         self.conn = conn
         self.writable = writable
         self.seq = dialect.seq
+        #: a worker's claim: a read for update passes over the rows another unit holds (they are
+        #: another worker's items, or being written), rather than waiting for them
+        self.skip_locked = False
 
     @abc.abstractmethod
     def execute(self, sql: str, params: Any = (), *, lock: bool = True) -> Any:
@@ -396,8 +403,14 @@ class Rows(abc.ABC):
     def count(self, sql: str, params: Any = ()) -> int:
         return int(self.value(sql, params) or 0)
 
+    def row_lock(self) -> str:
+        """What a read of rows this unit will change ends with (nothing in a read view)."""
+        if not self.writable:
+            return ""
+        return self.dialect.for_update + (self.dialect.skip_locked if self.skip_locked else "")
+
     def one(self, codec: Codec, where: str, params: Sequence[Any], *, for_update: bool = False) -> Any:
-        lock = self.dialect.for_update if for_update and self.writable else ""
+        lock = self.row_lock() if for_update else ""
         row = self.run(f"{codec.select_sql} WHERE {where}{lock}", params).fetchone()
         return None if row is None else codec.decode(row)
 
@@ -759,12 +772,15 @@ class _Payouts(_Repository):
     def __init__(self, rows: Rows) -> None:
         super().__init__(rows)
         self._known: dict[str, Payout] = {}  # read by get_many in this transaction (see there)
+        self._passed: set[str] = set()  # passed over by get_many: another unit holds them (skip_locked)
         self._due = _PAYOUT_DUE[rows.dialect.name]
 
     def get(self, reference: str) -> Payout | None:
         known = self._known.get(reference)
         if known is not None:
             return known
+        if reference in self._passed:
+            return None
         payout: Payout | None = self._rows.one(_PAYOUTS, "reference = ?", (reference,), for_update=True)
         return payout
 
@@ -775,10 +791,11 @@ class _Payouts(_Repository):
         wanted = sorted(set(references) - self._known.keys())
         if wanted:
             marks = ", ".join("?" for _ in wanted)
-            lock = self._rows.dialect.for_update if self._rows.writable else ""
-            rest = f"WHERE reference IN ({marks}) ORDER BY reference{lock}"
+            rest = f"WHERE reference IN ({marks}) ORDER BY reference{self._rows.row_lock()}"
             found = self._rows.many(_PAYOUTS, rest, wanted)
             self._known.update((payout.reference, payout) for payout in found)
+            if self._rows.skip_locked:
+                self._passed.update(set(wanted) - self._known.keys())
         return {ref: self._known[ref] for ref in references if ref in self._known}
 
     def add(self, payout: Payout) -> None:

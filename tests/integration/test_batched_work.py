@@ -35,7 +35,7 @@ class Transactions:
         self.count = 0
         self._lock = threading.Lock()
         store = core.store
-        for name in ("transaction", "transaction_for", "transaction_for_many", "transaction_for_idle"):
+        for name in ("transaction", "transaction_for", "transaction_for_many", "transaction_for_claims"):
             opener = getattr(store, name, None)
             if opener is not None:
                 monkeypatch.setattr(store, name, self._counting(opener))

@@ -20,7 +20,6 @@ from test_store_contract import NOW, payout  # type: ignore[import-not-found, un
 from paymentcore import Config, InsufficientBalanceError, PaymentCore
 from paymentcore._domain.models import PayoutStatus
 from paymentcore._services.ledger import check_invariant
-from paymentcore._services.work import BUSY_PATIENCE
 from paymentcore.adapters.postgres import PostgresStore
 from paymentcore.testing import fund
 
@@ -110,69 +109,102 @@ def test_a_batch_of_several_merchants_holds_back_those_merchants_only(tmp_path: 
         store.close()
 
 
-def test_a_claim_takes_the_idle_merchants_at_once_and_waits_only_when_all_are_busy(tmp_path: Path) -> None:
-    """A worker's claim (transaction_for_idle) skips the partitions another unit holds, as FOR UPDATE
-    SKIP LOCKED skips rows: it holds the others without waiting. When all are busy it waits for one."""
+def _lock_payout(
+    store: PostgresStore, merchant_id: str, reference: str, inside: threading.Event, release: threading.Event
+) -> None:
+    """Hold one payout's row (as an operator's action on it does, in its merchant's partition)."""
+    with store.transaction_for(merchant_id) as tx:
+        assert tx.payouts.get(reference) is not None  # read for update: the row is locked
+        inside.set()
+        release.wait(WAIT)
+
+
+def test_a_claims_unit_passes_over_held_rows_and_waits_for_no_merchant(tmp_path: Path) -> None:
+    """A worker's claim (transaction_for_claims) takes no merchant's partition and passes over the rows
+    another unit holds (FOR UPDATE SKIP LOCKED): with one merchant's partition held and one payout's
+    row locked, it reads the other payouts at once and not the locked one."""
     store = PostgresStore(postgres_url(tmp_path), pool_size=6)
     try:
-        inside, release = threading.Event(), threading.Event()
-        holder = threading.Thread(target=_hold, args=(store, ["mer_a", "mer_c"], inside, release))
-        holder.start()
-        assert inside.wait(WAIT)
-        held: list[tuple[str, ...]] = []
+        with store.transaction() as tx:
+            tx.payouts.add_many(
+                [
+                    payout("PO-held", merchant_id="mer_a"),
+                    payout("PO-free", merchant_id="mer_a"),
+                    payout("PO-other", merchant_id="mer_b"),
+                ]
+            )
+        busy_inside, row_inside, release = threading.Event(), threading.Event(), threading.Event()
+        holders = [  # mer_a's partition and PO-held's row held by one unit, mer_b's by another
+            threading.Thread(target=_hold, args=(store, "mer_b", busy_inside, release)),
+            threading.Thread(target=_lock_payout, args=(store, "mer_a", "PO-held", row_inside, release)),
+        ]
+        for thread in holders:
+            thread.start()
+        try:
+            assert busy_inside.wait(WAIT) and row_inside.wait(WAIT)
+            read: list[list[str]] = []
 
-        def claim(merchants: list[str], done: threading.Event) -> None:
-            with store.transaction_for_idle(merchants) as (tx, merchants_held):
-                tx.idempotency.purge(0)
-                held.append(tuple(merchants_held))
-            done.set()
+            def claim() -> None:
+                with store.transaction_for_claims() as tx:
+                    read.append(sorted(tx.payouts.get_many(["PO-other", "PO-held", "PO-free"])))
+                    read.append(["got" if tx.payouts.get("PO-held") is not None else "passed"])
+                    tx.leases.take("payouts", "PO-free", NOW)  # it writes, still waiting for nobody
 
-        some, busy = threading.Event(), threading.Event()
-        claim(["mer_c", "mer_b", "mer_a", "mer_d"], some)  # in this thread: it must not wait
-        assert held == [("mer_b", "mer_d")]
-        waiting = threading.Thread(target=claim, args=(["mer_c", "mer_a"], busy))
-        waiting.start()
-        assert not busy.wait(0.5)  # both of its merchants are held: it waits
-        release.set()
-        assert busy.wait(WAIT)
-        assert held[1] in {("mer_a",), ("mer_c",)}  # one of them, not both
-        for thread in (holder, waiting):
-            thread.join(WAIT)
+            claiming = threading.Thread(target=claim)
+            claiming.start()
+            claiming.join(WAIT / 3)
+            assert not claiming.is_alive()
+            assert read == [["PO-free", "PO-other"], ["passed"]]
+        finally:
+            release.set()
+            for thread in holders:
+                thread.join(WAIT)
+        with store.transaction_for_claims() as tx:  # free again: read and locked as usual
+            assert sorted(tx.payouts.get_many(["PO-held", "PO-free"])) == ["PO-free", "PO-held"]
     finally:
         store.close()
 
 
-def test_the_worker_claims_other_merchants_items_while_one_merchant_is_busy(tmp_path: Path) -> None:
-    """A merchant whose partition is held (its API request, another worker's batch) does not hold up the
-    worker's claim of other merchants' items; its own items stay due and are claimed once it is free."""
+def test_the_worker_claims_while_a_merchant_is_busy_and_passes_over_a_payout_being_acted_on(
+    tmp_path: Path,
+) -> None:
+    """A merchant whose partition is held (its API requests, another worker's outcomes) does not hold up
+    the worker's claims, its own items' included; a payout another unit holds (an operator's action,
+    another worker's claim) is passed over and stays due, then is claimed once it is free."""
     core = PaymentCore.postgresql(postgres_url(tmp_path), sender=None, config=Config(sandbox_delay=0))
     try:
-        merchants = []
-        for name in ("A", "B"):
+        merchants, references = [], []
+        for name in ("A", "B", "C"):
             merchant = core.operator.create_merchant(name, settlement_currency="XAF")
             fund(core, merchant.id, "XAF", 10_000)
-            core.disburse.create(
+            created = core.disburse.create(
                 merchant.id, amount=AMOUNT, currency="XAF", phone="670000000", idempotency_key="k"
             )
             merchants.append(merchant.id)
-        busy, free = merchants
+            references.append(created.reference)
+        busy, acted_on, free = merchants
         store = core.store
         assert isinstance(store, PostgresStore)
         runner = core.disburse.runner
         due = runner.due(10)
-        assert {item.merchant for item in due} == {busy, free}
-        inside, release = threading.Event(), threading.Event()
-        holder = threading.Thread(target=_hold, args=(store, busy, inside, release))
-        holder.start()
+        assert {item.merchant for item in due} == set(merchants)
+        partition, row, release = threading.Event(), threading.Event(), threading.Event()
+        holders = [
+            threading.Thread(target=_hold, args=(store, busy, partition, release)),
+            threading.Thread(target=_lock_payout, args=(store, acted_on, references[1], row, release)),
+        ]
+        for thread in holders:
+            thread.start()
         try:
-            assert inside.wait(WAIT)
-            claimed = runner.claim_many(due)  # would wait for the holder if it took every partition
-            assert [one.item.merchant for one in claimed] == [free]
+            assert partition.wait(WAIT) and row.wait(WAIT)
+            claimed = runner.claim_many(due)  # would wait if it took the partitions or the held row
+            assert sorted(one.item.merchant for one in claimed) == sorted([busy, free])
         finally:
             release.set()
-            holder.join(WAIT)
-        later = runner.claim_many([item for item in runner.due(10) if item.merchant == busy])
-        assert [one.item.merchant for one in later] == [busy]
+            for thread in holders:
+                thread.join(WAIT)
+        later = runner.claim_many(runner.due(10))
+        assert [one.item.merchant for one in later] == [acted_on]
     finally:
         core.close()
 
@@ -188,43 +220,6 @@ def _due_payouts(core: PaymentCore, names: list[str]) -> list[str]:
         core.disburse.create(merchant.id, amount=AMOUNT, currency="XAF", phone=phone, idempotency_key="k")
         merchants.append(merchant.id)
     return merchants
-
-
-def test_a_merchant_skipped_for_a_while_is_waited_for_at_the_next_claim(tmp_path: Path) -> None:
-    """A merchant whose partition stays busy (a stream of its API requests) is skipped by a claim, but not
-    for ever: once skipped for BUSY_PATIENCE, the next claim that lists it waits for it."""
-    core = PaymentCore.postgresql(postgres_url(tmp_path), sender=None, config=Config(sandbox_delay=0))
-    try:
-        busy, first, second = _due_payouts(core, ["Busy", "First", "Second"])
-        store = core.store
-        assert isinstance(store, PostgresStore)
-        runner = core.disburse.runner
-        due = {item.merchant: item for item in runner.due(10)}
-        inside, release = threading.Event(), threading.Event()
-        holder = threading.Thread(target=_hold, args=(store, busy, inside, release))
-        holder.start()
-        claimed: list[str | None] = []
-        done = threading.Event()
-        try:
-            assert inside.wait(WAIT)
-            assert [one.item.merchant for one in runner.claim_many([due[busy], due[first]])] == [first]
-            time.sleep(BUSY_PATIENCE + 0.05)
-
-            def claim() -> None:
-                claimed.extend(one.item.merchant for one in runner.claim_many([due[busy], due[second]]))
-                done.set()
-
-            waiting = threading.Thread(target=claim)
-            waiting.start()
-            assert not done.wait(0.5)  # it waits for the busy merchant, now past its patience
-        finally:
-            release.set()
-            holder.join(WAIT)
-        assert done.wait(WAIT)
-        waiting.join(WAIT)
-        assert sorted(claimed, key=str) == sorted([busy, second])
-    finally:
-        core.close()
 
 
 def test_tick_waits_for_a_busy_merchant_rather_than_leaving_its_items(tmp_path: Path) -> None:
