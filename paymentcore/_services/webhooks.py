@@ -329,7 +329,7 @@ class Webhooks:
         return False
 
     def prefetch(self, tx: Transaction, keys: Sequence[str]) -> None:
-        return None  # each item's claim reads its own rows
+        tx.outbox.get_many(keys)  # a batch's events in one statement; each claim's get reads none
 
     def claim(self, tx: Transaction, key: str, now: int) -> _Attempt | None:
         event = tx.outbox.get(key)

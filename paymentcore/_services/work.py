@@ -561,8 +561,8 @@ class Pump:
             claimed = []
         taken = {one.item.key for one in claimed}
         for item in started:
-            if item.key not in taken:  # another worker has it, its merchant was busy, or it is no longer
-                self._finish(item, judge=False)  # due: nothing ran, so its lane's verdict stands
+            if item.key not in taken:  # another unit holds it, or it is no longer due (another worker
+                self._finish(item, judge=False)  # took it): nothing ran, so its lane's verdict stands
         assert self._pool is not None or not claimed
         for one in claimed:
             assert self._pool is not None

@@ -638,6 +638,9 @@ class _Outbox(_Repository):
         event: Event | None = self._t.get("events", event_id)
         return event
 
+    def get_many(self, event_ids: Sequence[str]) -> dict[str, Event]:
+        return {key: event for key in event_ids if (event := self.get(key)) is not None}
+
     def update(self, event: Event) -> None:
         stored = self._t.get("events", event.id)
         if stored is not None:

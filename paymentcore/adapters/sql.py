@@ -542,6 +542,47 @@ class _Repository:
         self._rows = rows
 
 
+class _ForUpdate:
+    """The rows of one table a transaction has read for update, by key: ``get`` reads one row,
+    ``get_many`` several in one statement (in a write transaction locked in the order of their keys, so
+    two batches never hold one each of two rows the other waits for), and a later ``get`` of one of
+    them reads nothing. The repository's update keeps what is known here current (``keep``); a row
+    another unit held when a claim's unit read it (``Rows.skip_locked``) is missing for the rest of
+    the transaction."""
+
+    def __init__(self, rows: Rows, codec: Codec, key: str) -> None:
+        self._rows = rows
+        self._codec = codec
+        self._key = key
+        self._known: dict[str, Any] = {}
+        self._passed: set[str] = set()
+
+    def get(self, key: str) -> Any:
+        known = self._known.get(key)
+        if known is not None or key in self._passed:
+            return known
+        return self._rows.one(self._codec, f"{self._key} = ?", (key,), for_update=True)
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, Any]:
+        wanted = sorted(set(keys) - self._known.keys())
+        if wanted:
+            marks = ", ".join("?" for _ in wanted)
+            rest = f"WHERE {self._key} IN ({marks}) ORDER BY {self._key}{self._rows.row_lock()}"
+            found = self._rows.many(self._codec, rest, wanted)
+            self._known.update((getattr(record, self._key), record) for record in found)
+            if self._rows.skip_locked:
+                self._passed.update(set(wanted) - self._known.keys())
+        return {key: self._known[key] for key in keys if key in self._known}
+
+    def keep(self, key: str, record: Any) -> None:
+        if key in self._known:
+            self._known[key] = record
+
+    def forget(self) -> None:
+        """After a statement that changed rows of the table by another key: read them again."""
+        self._known.clear()
+
+
 # --- settings, merchants, keys, limits -----------------------------------------------------------
 
 
@@ -771,32 +812,15 @@ _PAYOUT_DUE = {dialect.name: _payout_due(dialect) for dialect in (SQLITE, POSTGR
 class _Payouts(_Repository):
     def __init__(self, rows: Rows) -> None:
         super().__init__(rows)
-        self._known: dict[str, Payout] = {}  # read by get_many in this transaction (see there)
-        self._passed: set[str] = set()  # passed over by get_many: another unit holds them (skip_locked)
+        self._read = _ForUpdate(rows, _PAYOUTS, "reference")  # only update writes a payout row
         self._due = _PAYOUT_DUE[rows.dialect.name]
 
     def get(self, reference: str) -> Payout | None:
-        known = self._known.get(reference)
-        if known is not None:
-            return known
-        if reference in self._passed:
-            return None
-        payout: Payout | None = self._rows.one(_PAYOUTS, "reference = ?", (reference,), for_update=True)
+        payout: Payout | None = self._read.get(reference)
         return payout
 
     def get_many(self, references: Sequence[str]) -> dict[str, Payout]:
-        # rows this transaction has read (and, in a write transaction, locked: in the order of their
-        # references, so two batches never hold one each of two rows the other waits for); only update
-        # writes a payout row, and it keeps what is known here current
-        wanted = sorted(set(references) - self._known.keys())
-        if wanted:
-            marks = ", ".join("?" for _ in wanted)
-            rest = f"WHERE reference IN ({marks}) ORDER BY reference{self._rows.row_lock()}"
-            found = self._rows.many(_PAYOUTS, rest, wanted)
-            self._known.update((payout.reference, payout) for payout in found)
-            if self._rows.skip_locked:
-                self._passed.update(set(wanted) - self._known.keys())
-        return {ref: self._known[ref] for ref in references if ref in self._known}
+        return self._read.get_many(references)
 
     def add(self, payout: Payout) -> None:
         self._rows.insert(_PAYOUTS, payout)
@@ -806,8 +830,7 @@ class _Payouts(_Repository):
 
     def update(self, payout: Payout) -> None:
         self._rows.update(_PAYOUTS, payout)
-        if payout.reference in self._known:
-            self._known[payout.reference] = payout
+        self._read.keep(payout.reference, payout)
 
     def due(self, now: int, limit: int, *, per_lane: int | None = None) -> list[Payout]:
         # _queries.payout_is_due, in _queries.payouts_in_due_order: each merchant's payouts numbered in
@@ -1066,12 +1089,20 @@ _TROUBLED = "(NOT is_active OR consecutive_failures > 0)"
 
 
 class _Webhooks(_Repository):
+    def __init__(self, rows: Rows) -> None:
+        super().__init__(rows)
+        # read once per transaction (a batch of events reads its merchants' endpoints); put, the only
+        # writer of an endpoint's row, keeps it current
+        self._read: dict[str, WebhookEndpoint | None] = {}
+
     def get(self, merchant_id: str) -> WebhookEndpoint | None:
-        endpoint: WebhookEndpoint | None = self._rows.one(_WEBHOOKS, "merchant_id = ?", (merchant_id,))
-        return endpoint
+        if merchant_id not in self._read:
+            self._read[merchant_id] = self._rows.one(_WEBHOOKS, "merchant_id = ?", (merchant_id,))
+        return self._read[merchant_id]
 
     def put(self, endpoint: WebhookEndpoint) -> None:
         self._rows.upsert(_WEBHOOKS, endpoint)
+        self._read[endpoint.merchant_id] = endpoint
 
     def count_troubled(self) -> tuple[int, int]:
         row = self._rows.run(
@@ -1089,15 +1120,23 @@ class _Webhooks(_Repository):
 
 
 class _Outbox(_Repository):
+    def __init__(self, rows: Rows) -> None:
+        super().__init__(rows)
+        self._read = _ForUpdate(rows, _EVENTS, "id")  # written by update, and by defer (forgets)
+
     def add(self, event: Event) -> None:
         self._rows.insert(_EVENTS, event)
 
     def get(self, event_id: str) -> Event | None:
-        event: Event | None = self._rows.one(_EVENTS, "id = ?", (event_id,), for_update=True)
+        event: Event | None = self._read.get(event_id)
         return event
+
+    def get_many(self, event_ids: Sequence[str]) -> dict[str, Event]:
+        return self._read.get_many(event_ids)
 
     def update(self, event: Event) -> None:
         self._rows.update(_EVENTS, event)
+        self._read.keep(event.id, event)
 
     def due(self, now: int, limit: int, *, per_lane: int | None = None) -> list[Event]:
         # _queries.event_is_due, oldest first; in turns over _queries.event_lane when per_lane is given
@@ -1114,6 +1153,7 @@ class _Outbox(_Repository):
         )
 
     def defer(self, merchant_id: str, until: int) -> int:
+        self._read.forget()  # rows it changes are read afresh
         return self._rows.write_count(
             f"UPDATE events SET next_attempt_at = ? WHERE merchant_id = ? AND {_DUE_EVENT}"
             " AND next_attempt_at < ?",

@@ -529,6 +529,38 @@ def test_payouts_read_many_at_once_then_one_by_one_in_the_same_transaction(store
         assert tx.payouts.get("PO-M1") == sent
 
 
+def test_events_read_many_at_once_stay_current_after_an_update_and_a_deferral(store: Store) -> None:
+    """A batch of webhook events is read in one statement; an update keeps what was read current, and
+    a deferral of the merchant's due events (an endpoint that failed) is seen by the reads after it."""
+    with store.transaction() as tx:
+        for event_id in ("evt_m1", "evt_m2", "evt_m3"):
+            tx.outbox.add(event(event_id))
+    with store.transaction() as tx:
+        found = tx.outbox.get_many(["evt_m3", "evt_none", "evt_m1"])
+        assert sorted(found) == ["evt_m1", "evt_m3"] and found["evt_m1"] == event("evt_m1")
+        tried = attrs.evolve(found["evt_m1"], attempts=1, next_attempt_at=NOW + 5)
+        tx.outbox.update(tried)
+        assert tx.outbox.get("evt_m1") == tried
+        assert tx.outbox.defer("mer_1", NOW + 60_000) == 3  # all three were due before then
+        assert tx.outbox.get("evt_m3") == event("evt_m3", next_attempt_at=NOW + 60_000)
+        assert tx.outbox.get_many([]) == {}
+    with store.read() as tx:
+        assert tx.outbox.get("evt_m1") == attrs.evolve(tried, next_attempt_at=NOW + 60_000)
+
+
+def test_a_webhook_endpoint_read_twice_in_a_transaction_is_what_it_last_wrote(store: Store) -> None:
+    endpoint = webhook("mer_1")
+    with store.transaction() as tx:
+        assert tx.webhooks.get("mer_1") is None
+        tx.webhooks.put(endpoint)
+        assert tx.webhooks.get("mer_1") == endpoint
+        failing = attrs.evolve(endpoint, consecutive_failures=3)
+        tx.webhooks.put(failing)
+        assert tx.webhooks.get("mer_1") == failing
+    with store.read() as tx:
+        assert tx.webhooks.get("mer_1") == failing
+
+
 def test_a_payouts_fixed_columns_keep_their_stored_values(store: Store) -> None:
     """What a payout was created with (merchant, amount, currency, phone, ...) never changes: the SQL
     stores do not write those columns again on an update, and the reference store (memory) refuses an
