@@ -446,7 +446,15 @@ class LedgerRepository(Protocol):
 
 
 class WebhookRepository(Protocol):
-    def get(self, merchant_id: str) -> WebhookEndpoint | None: ...
+    def get(self, merchant_id: str) -> WebhookEndpoint | None:
+        """The merchant's endpoint (None: none registered); read once per transaction."""
+        ...
+
+    def get_many(self, merchant_ids: Sequence[str]) -> dict[str, WebhookEndpoint]:
+        """The endpoints of those merchants that have one, read in one statement; a ``get`` of any of
+        ``merchant_ids`` later in the same transaction reads nothing."""
+        ...
+
     def put(self, endpoint: WebhookEndpoint) -> None: ...
     def count_troubled(self) -> tuple[int, int]:
         """(failing, disabled): how many active endpoints ``_queries.endpoint_is_troubled`` (their

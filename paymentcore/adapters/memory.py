@@ -617,6 +617,9 @@ class _Webhooks(_Repository):
         endpoint: WebhookEndpoint | None = self._t.get("webhooks", merchant_id)
         return endpoint
 
+    def get_many(self, merchant_ids: Sequence[str]) -> dict[str, WebhookEndpoint]:
+        return {key: found for key in merchant_ids if (found := self.get(key)) is not None}
+
     def put(self, endpoint: WebhookEndpoint) -> None:
         self._t.put("webhooks", endpoint.merchant_id, endpoint)
 

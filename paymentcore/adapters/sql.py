@@ -1100,6 +1100,15 @@ class _Webhooks(_Repository):
             self._read[merchant_id] = self._rows.one(_WEBHOOKS, "merchant_id = ?", (merchant_id,))
         return self._read[merchant_id]
 
+    def get_many(self, merchant_ids: Sequence[str]) -> dict[str, WebhookEndpoint]:
+        wanted = sorted(set(merchant_ids) - self._read.keys())
+        if wanted:
+            marks = ", ".join("?" for _ in wanted)
+            endpoints = self._rows.many(_WEBHOOKS, f"WHERE merchant_id IN ({marks})", wanted)
+            self._read.update(dict.fromkeys(wanted))
+            self._read.update((endpoint.merchant_id, endpoint) for endpoint in endpoints)
+        return {key: found for key in merchant_ids if (found := self._read.get(key)) is not None}
+
     def put(self, endpoint: WebhookEndpoint) -> None:
         self._rows.upsert(_WEBHOOKS, endpoint)
         self._read[endpoint.merchant_id] = endpoint

@@ -548,7 +548,7 @@ def test_events_read_many_at_once_stay_current_after_an_update_and_a_deferral(st
         assert tx.outbox.get("evt_m1") == attrs.evolve(tried, next_attempt_at=NOW + 60_000)
 
 
-def test_a_webhook_endpoint_read_twice_in_a_transaction_is_what_it_last_wrote(store: Store) -> None:
+def test_webhook_endpoints_read_once_or_many_at_once_are_what_the_unit_last_wrote(store: Store) -> None:
     endpoint = webhook("mer_1")
     with store.transaction() as tx:
         assert tx.webhooks.get("mer_1") is None
@@ -559,6 +559,15 @@ def test_a_webhook_endpoint_read_twice_in_a_transaction_is_what_it_last_wrote(st
         assert tx.webhooks.get("mer_1") == failing
     with store.read() as tx:
         assert tx.webhooks.get("mer_1") == failing
+    with store.transaction() as tx:
+        tx.webhooks.put(webhook("mer_2"))
+    with store.transaction() as tx:
+        found = tx.webhooks.get_many(["mer_2", "mer_none", "mer_1"])
+        assert found == {"mer_1": failing, "mer_2": webhook("mer_2")}
+        assert tx.webhooks.get("mer_none") is None
+        tx.webhooks.put(webhook("mer_none"))  # registered within the transaction: seen by its reads
+        assert tx.webhooks.get("mer_none") == webhook("mer_none")
+        assert tx.webhooks.get_many([]) == {}
 
 
 def test_a_payouts_fixed_columns_keep_their_stored_values(store: Store) -> None:
