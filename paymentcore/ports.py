@@ -749,9 +749,10 @@ class SkippingStore(PartitionedStore, Protocol):
 
     def transaction_for_claims(self) -> AbstractContextManager[UnitOfWork]:
         """A write transaction for a worker's claim: it takes no merchant's partition, and its reads for
-        update pass over the rows another unit holds (``FOR UPDATE SKIP LOCKED``) as if they were not
-        there. A claim changes only its items' rows and their leases, never money; so it never waits
-        for a merchant's API requests or another worker's batch, and two workers claim disjoint items."""
+        update of its items (payouts, collections, events) pass over the rows another unit holds
+        (``FOR UPDATE SKIP LOCKED``) as if they were not there. A claim changes only its items' rows and
+        their leases, never money; so it never waits for a merchant's API requests or another worker's
+        batch, and an item another unit holds is left to it."""
         ...
 
 

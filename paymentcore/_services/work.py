@@ -278,8 +278,8 @@ class Runner(Generic[ClaimT, OutcomeT]):
                 log.warning("%s: a batch of %d failed; writing it item by item", self.kind, len(batch))
                 results = []
                 for item, one in batch:
-                    try:
-                        with self._write(merchant_id=item.merchant) as tx:
+                    try:  # each item as the batch would have: a claim still waits for nobody
+                        with self._open([item.merchant] if item.merchant else [], skip_busy) as tx:
                             results.append(step(tx, one))
                     except Exception:
                         log.exception("%s: an item failed; it stays due", self.kind)

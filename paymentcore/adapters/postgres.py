@@ -550,11 +550,12 @@ class PostgresStore:
     def transaction_for_claims(self) -> Iterator[PostgresTransaction]:
         """A worker's claim (``ports.SkippingStore``): a write transaction that takes no merchant's
         partition, only the store's lock shared (whole-store writers still wait for it), and whose
-        reads for update pass over the rows another unit holds (``FOR UPDATE SKIP LOCKED``): another
-        worker's claim or outcome, a request acting on that item. So a claim never waits for a merchant's
-        API requests or another worker's batch; the items it passes over stay due. Claims change only
-        their items' rows (and the leases), never money, so they need no merchant's lock; and as a
-        claim waits for no row, its locks cannot close a circle with any other unit's."""
+        reads for update of items of work pass over the rows another unit holds (``FOR UPDATE SKIP
+        LOCKED``): another worker's claim or outcome, a request acting on that item. So a claim never
+        waits for a merchant's API requests or another worker's batch; the items it passes over stay
+        due. Claims change only their items' rows (and the leases), never money, so they need no
+        merchant's lock; and as a claim waits for no item's row (and reads no other row for update),
+        its locks cannot close a circle with any other unit's."""
         with self._unit("BEGIN ISOLATION LEVEL READ COMMITTED", writable=True, partition=()) as tx:
             tx.rows.skip_locked = True
             yield tx

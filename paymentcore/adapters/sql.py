@@ -358,8 +358,9 @@ class Rows(abc.ABC):
         self.conn = conn
         self.writable = writable
         self.seq = dialect.seq
-        #: a worker's claim: a read for update passes over the rows another unit holds (they are
-        #: another worker's items, or being written), rather than waiting for them
+        #: a worker's claim: a read for update of an item of work (a payout, a collection, an event:
+        #: ``item=True``) passes over the rows another unit holds, rather than waiting for them; every
+        #: other read for update waits as ever, so a held row of another table never looks absent
         self.skip_locked = False
 
     @abc.abstractmethod
@@ -403,14 +404,17 @@ class Rows(abc.ABC):
     def count(self, sql: str, params: Any = ()) -> int:
         return int(self.value(sql, params) or 0)
 
-    def row_lock(self) -> str:
-        """What a read of rows this unit will change ends with (nothing in a read view)."""
+    def row_lock(self, *, item: bool = False) -> str:
+        """What a read of rows this unit will change ends with (nothing in a read view); ``item``: of
+        items of work, which a claim's unit passes over when another unit holds them."""
         if not self.writable:
             return ""
-        return self.dialect.for_update + (self.dialect.skip_locked if self.skip_locked else "")
+        return self.dialect.for_update + (self.dialect.skip_locked if item and self.skip_locked else "")
 
-    def one(self, codec: Codec, where: str, params: Sequence[Any], *, for_update: bool = False) -> Any:
-        lock = self.row_lock() if for_update else ""
+    def one(
+        self, codec: Codec, where: str, params: Sequence[Any], *, for_update: bool = False, item: bool = False
+    ) -> Any:
+        lock = self.row_lock(item=item) if for_update else ""
         row = self.run(f"{codec.select_sql} WHERE {where}{lock}", params).fetchone()
         return None if row is None else codec.decode(row)
 
@@ -561,13 +565,16 @@ class _ForUpdate:
         known = self._known.get(key)
         if known is not None or key in self._passed:
             return known
-        return self._rows.one(self._codec, f"{self._key} = ?", (key,), for_update=True)
+        found = self._rows.one(self._codec, f"{self._key} = ?", (key,), for_update=True, item=True)
+        if found is None and self._rows.skip_locked:
+            self._passed.add(key)  # absent or held: absent for the rest of the transaction
+        return found
 
     def get_many(self, keys: Sequence[str]) -> dict[str, Any]:
         wanted = sorted(set(keys) - self._known.keys())
         if wanted:
             marks = ", ".join("?" for _ in wanted)
-            rest = f"WHERE {self._key} IN ({marks}) ORDER BY {self._key}{self._rows.row_lock()}"
+            rest = f"WHERE {self._key} IN ({marks}) ORDER BY {self._key}{self._rows.row_lock(item=True)}"
             found = self._rows.many(self._codec, rest, wanted)
             self._known.update((getattr(record, self._key), record) for record in found)
             if self._rows.skip_locked:
@@ -703,7 +710,7 @@ def _record_filters(status: enum.Enum | None, merchant_reference: str | None, **
 class _Collections(_Repository):
     def get(self, reference: str) -> Collection | None:
         collection: Collection | None = self._rows.one(
-            _COLLECTIONS, "reference = ?", (reference,), for_update=True
+            _COLLECTIONS, "reference = ?", (reference,), for_update=True, item=True
         )
         return collection
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-from test_store_contract import NOW, payout  # type: ignore[import-not-found, unused-ignore]
+from test_store_contract import NOW, event, payout  # type: ignore[import-not-found, unused-ignore]
 
 from paymentcore import Config, InsufficientBalanceError, PaymentCore
 from paymentcore._domain.models import PayoutStatus
@@ -119,11 +119,22 @@ def _lock_payout(
         release.wait(WAIT)
 
 
+def _lock_event(
+    store: PostgresStore, event_id: str, inside: threading.Event, release: threading.Event
+) -> None:
+    """Hold one webhook event's row (as the unit recording its delivery does, in its merchant's)."""
+    with store.transaction_for("mer_1") as tx:
+        assert tx.outbox.get(event_id) is not None
+        inside.set()
+        release.wait(WAIT)
+
+
 def test_a_claims_unit_passes_over_held_rows_and_waits_for_no_merchant(tmp_path: Path) -> None:
-    """A worker's claim (transaction_for_claims) takes no merchant's partition and passes over the rows
-    another unit holds (FOR UPDATE SKIP LOCKED): with one merchant's partition held and one payout's
-    row locked, it reads the other payouts at once and not the locked one."""
-    store = PostgresStore(postgres_url(tmp_path), pool_size=6)
+    """A worker's claim (transaction_for_claims) takes no merchant's partition and passes over the item
+    rows another unit holds (FOR UPDATE SKIP LOCKED): with one merchant's partition held, one payout's
+    row and one event's row locked, it reads the other items at once, and not the held ones, even once
+    they are free again within the same transaction (what it passed over stays passed over)."""
+    store = PostgresStore(postgres_url(tmp_path), pool_size=8)
     try:
         with store.transaction() as tx:
             tx.payouts.add_many(
@@ -133,34 +144,43 @@ def test_a_claims_unit_passes_over_held_rows_and_waits_for_no_merchant(tmp_path:
                     payout("PO-other", merchant_id="mer_b"),
                 ]
             )
-        busy_inside, row_inside, release = threading.Event(), threading.Event(), threading.Event()
-        holders = [  # mer_a's partition and PO-held's row held by one unit, mer_b's by another
-            threading.Thread(target=_hold, args=(store, "mer_b", busy_inside, release)),
-            threading.Thread(target=_lock_payout, args=(store, "mer_a", "PO-held", row_inside, release)),
+            for event_id in ("evt_held", "evt_free"):
+                tx.outbox.add(event(event_id))
+        inside = [threading.Event() for _ in range(3)]
+        release, release_row = threading.Event(), threading.Event()
+        holders = [  # mer_b's partition; mer_a's and PO-held's row; mer_1's and evt_held's row
+            threading.Thread(target=_hold, args=(store, "mer_b", inside[0], release)),
+            threading.Thread(target=_lock_payout, args=(store, "mer_a", "PO-held", inside[1], release_row)),
+            threading.Thread(target=_lock_event, args=(store, "evt_held", inside[2], release)),
         ]
         for thread in holders:
             thread.start()
         try:
-            assert busy_inside.wait(WAIT) and row_inside.wait(WAIT)
-            read: list[list[str]] = []
+            assert all(one.wait(WAIT) for one in inside)
+            read: list[object] = []
 
             def claim() -> None:
                 with store.transaction_for_claims() as tx:
                     read.append(sorted(tx.payouts.get_many(["PO-other", "PO-held", "PO-free"])))
-                    read.append(["got" if tx.payouts.get("PO-held") is not None else "passed"])
+                    release_row.set()  # PO-held's holder commits: the row is free, but was passed over
+                    holders[1].join(WAIT)
+                    read.append(tx.payouts.get("PO-held"))
+                    read.append([tx.outbox.get("evt_held"), tx.outbox.get("evt_free") is not None])
                     tx.leases.take("payouts", "PO-free", NOW)  # it writes, still waiting for nobody
 
             claiming = threading.Thread(target=claim)
             claiming.start()
             claiming.join(WAIT / 3)
             assert not claiming.is_alive()
-            assert read == [["PO-free", "PO-other"], ["passed"]]
+            assert read == [["PO-free", "PO-other"], None, [None, True]]
         finally:
             release.set()
+            release_row.set()
             for thread in holders:
                 thread.join(WAIT)
         with store.transaction_for_claims() as tx:  # free again: read and locked as usual
             assert sorted(tx.payouts.get_many(["PO-held", "PO-free"])) == ["PO-free", "PO-held"]
+            assert tx.outbox.get("evt_held") is not None
     finally:
         store.close()
 
