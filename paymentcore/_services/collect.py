@@ -58,7 +58,7 @@ from paymentcore._domain.records import Collection, Page, collection_from, dump,
 from paymentcore._services import ledger as ledger
 from paymentcore._services.deps import Deps, require_merchant
 from paymentcore._services.idempotency import Answer, Idempotency, check_key
-from paymentcore._services.work import Due, Runner
+from paymentcore._services.work import LANE_DEPTH, Due, Runner
 from paymentcore.ports import CollectionRequest, CollectionResult, NetworkError, NetworkOutcome, Transaction
 
 FINAL = (CollectionStatus.SUCCESS, CollectionStatus.FAILED)
@@ -489,9 +489,9 @@ class Collect:
         """Send a due prompt, or ask the network about a prompt already sent, or expire a checkout."""
         self._runner.run_one(reference)
 
-    def due(self, tx: Transaction, now: int, limit: int, per_lane: int) -> builtins.list[Due]:
+    def due(self, tx: Transaction, now: int, limit: int) -> builtins.list[Due]:
         # a lane per provider: a mobile network that hangs holds up only its own collections
-        due = tx.collections.due(now, limit, per_lane=per_lane)
+        due = tx.collections.due(now, limit, per_lane=LANE_DEPTH)
         return [Due(key=c.reference, lane=collection_lane(c), merchant=c.merchant_id) for c in due]
 
     def renew(self, tx: Transaction, key: str, held_until: int, until: int) -> bool:

@@ -92,7 +92,7 @@ from paymentcore._services import ledger as ledger
 from paymentcore._services.audit import DEFAULT_ACTOR
 from paymentcore._services.deps import Deps, require_merchant
 from paymentcore._services.idempotency import Answer, Idempotency, check_key
-from paymentcore._services.work import Due, Runner
+from paymentcore._services.work import LANE_DEPTH, Due, Runner
 from paymentcore.ports import NetworkError, NetworkOutcome, PayoutRequest, PayoutResult, Transaction
 
 #: the most items a bulk request may hold
@@ -728,12 +728,12 @@ class Disburse:
         """Dispatch a due PENDING payout, or ask the network about a SENT one."""
         self._runner.run_one(reference)
 
-    def due(self, tx: Transaction, now: int, limit: int, per_lane: int) -> builtins.list[Due]:
+    def due(self, tx: Transaction, now: int, limit: int) -> builtins.list[Due]:
         # the store lists a round over the merchants with work (_queries.payouts_in_due_order), so the
         # payouts of a merchant's batch of 1,000 do not go before every other merchant's payouts; a lane
-        # per provider: a mobile network that hangs holds up only its own payouts (``per_lane`` of each
+        # per provider: a mobile network that hangs holds up only its own payouts (LANE_DEPTH of each
         # listed: the rest would only be decoded to wait for the next listing)
-        due = tx.payouts.due(now, limit, per_lane=per_lane)
+        due = tx.payouts.due(now, limit, per_lane=LANE_DEPTH)
         return [Due(payout.reference, payout_lane(payout), merchant=payout.merchant_id) for payout in due]
 
     def renew(self, tx: Transaction, key: str, held_until: int, until: int) -> bool:

@@ -65,7 +65,7 @@ from paymentcore._services.audit import DEFAULT_ACTOR
 from paymentcore._services.deps import Deps, require_merchant
 from paymentcore._services.idempotency import Answer, Idempotency, check_key
 from paymentcore._services.urlsafety import MAX_URL_LENGTH, UnsafeUrlError, check_webhook_url
-from paymentcore._services.work import Due, Runner
+from paymentcore._services.work import LANE_DEPTH, Due, Runner
 from paymentcore.ports import DeliveryResult, Transaction
 
 DISABLED_REASON = "Disabled after {n} consecutive failed events."
@@ -307,10 +307,10 @@ class Webhooks:
 
     # the Task of paymentcore._services.work: claim the event, send it, record the attempt
 
-    def due(self, tx: Transaction, now: int, limit: int, per_lane: int) -> list[Due]:
+    def due(self, tx: Transaction, now: int, limit: int) -> list[Due]:
         # a lane per endpoint (one per merchant), listed in turns: an endpoint with 10,000 events due
         # stands no further ahead than one with a single event
-        events = [*tx.outbox.due(now, limit, per_lane=per_lane), *tx.outbox.resends_due(now, limit)]
+        events = [*tx.outbox.due(now, limit, per_lane=LANE_DEPTH), *tx.outbox.resends_due(now, limit)]
         found: dict[str, Due] = {}
         for event in events:  # each event once, at its first place (a retry and a resend may both be due)
             found.setdefault(event.id, Due(key=event.id, lane=event_lane(event), merchant=event.merchant_id))

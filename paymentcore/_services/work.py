@@ -35,10 +35,6 @@ log = logging.getLogger("paymentcore.worker")
 #: would only decode rows that wait for the next listing anyway
 LANE_DEPTH = 64
 
-#: a pump's listing holds at most this many times what one lane may run at once (a lane of webhook
-#: deliveries runs 4 at most: 16 of each endpoint's events are read, not LANE_DEPTH)
-LISTED_TURNS = 4
-
 ClaimT = TypeVar("ClaimT")
 OutcomeT = TypeVar("OutcomeT")
 WorkT = TypeVar("WorkT")
@@ -72,8 +68,8 @@ class Claimed(Generic[ClaimT]):
 class Task(Protocol[ClaimT, OutcomeT]):
     """One kind of background work."""
 
-    def due(self, tx: Transaction, now: int, limit: int, per_lane: int) -> Sequence[Due]:
-        """The items whose turn has come, oldest first; at most ``per_lane`` of each lane."""
+    def due(self, tx: Transaction, now: int, limit: int) -> Sequence[Due]:
+        """The items whose turn has come, oldest first."""
         ...
 
     def prefetch(self, tx: Transaction, keys: Sequence[str]) -> None:
@@ -175,9 +171,9 @@ class Runner(Generic[ClaimT, OutcomeT]):
                 claimed = self.record_many(learnt, isolate=False)
         return len(due)
 
-    def due(self, limit: int, *, per_lane: int = LANE_DEPTH) -> Sequence[Due]:
+    def due(self, limit: int) -> Sequence[Due]:
         with self._store.read() as tx:
-            return self.task.due(tx, self._clock.now(), limit, per_lane)
+            return self.task.due(tx, self._clock.now(), limit)
 
     def run_one(self, key: str, *, merchant_id: str | None = None, max_steps: int = 3) -> OutcomeT | None:
         """Claim, act and record one item, step after step; the last outcome, or None when it was not
@@ -450,7 +446,6 @@ class Pump:
         # a listing is read again when used up or after ``interval``: listing many times what can run at
         # once would decode rows that mostly wait for the next listing
         self._scan = scan if scan is not None else min(1000, 4 * (concurrency + self._slow_concurrency))
-        self._depth = min(LANE_DEPTH, LISTED_TURNS * max(per_lane, self._first_per_lane, slow_per_lane))
         self._max_lanes = max_lanes
         self._gather = gather
         self._lock = threading.Lock()
@@ -531,7 +526,7 @@ class Pump:
         moment = time.monotonic()
         self._demote(moment)
         if not self._listed or moment - self._listed_at >= self._interval:
-            due = self._runner.due(self._scan, per_lane=self._depth)
+            due = self._runner.due(self._scan)
             self._queued = len(due)
             self._listed = in_turns(due, lambda item: item.lane, len(due))  # each lane's first, ...
             self._listed_at = moment

@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Sequence
 
-from paymentcore._services.work import LANE_DEPTH, LISTED_TURNS, Claimed, Due, Pump, Runner
+from paymentcore._services.work import Claimed, Due, Pump, Runner
 
 DEADLINE = 10.0
 
@@ -38,15 +38,13 @@ class CountingRunner(InstantBatches):
         self.items = {f"item-{n}": lane for n, lane in enumerate(lanes)}
         self.done: list[str] = []
         self.listings = 0
-        self.depths: set[int] = set()  # the per_lane asked of each listing
         self.lock = threading.Lock()
         self.release = threading.Event()
         self.slow_lane = slow_lane
 
-    def due(self, limit: int, *, per_lane: int = LANE_DEPTH) -> Sequence[Due]:
+    def due(self, limit: int) -> Sequence[Due]:
         with self.lock:
             self.listings += 1
-            self.depths.add(per_lane)
             finished = set(self.done)
         pending = [Due(key, lane) for key, lane in self.items.items() if key not in finished]
         return pending[:limit]
@@ -89,21 +87,6 @@ def test_a_deep_backlog_is_listed_a_few_times_not_once_per_item() -> None:
     assert runner.listings < 50, runner.listings  # one listing per started item would be about 250+
 
 
-def test_a_listing_reads_a_few_turns_of_each_lane_not_a_fixed_depth() -> None:
-    """A lane that may run 4 items at once (a webhook endpoint) is listed 16 deep, not LANE_DEPTH deep:
-    the rest of a deep lane's items would be decoded only to wait for the next listing."""
-    cases = ((4, 1, 4 * LISTED_TURNS), (1, 2, 2 * LISTED_TURNS), (64, 1, LANE_DEPTH))
-    for per_lane, slow_per_lane, depth in cases:
-        runner = CountingRunner(["lane"] * 50)
-        pump = Pump(runner, name="test", concurrency=8, per_lane=per_lane, slow_per_lane=slow_per_lane)
-        pump.start()
-        try:
-            runner.wait_done(set(runner.items))
-        finally:
-            pump.stop()
-        assert runner.depths == {depth}, (per_lane, runner.depths)
-
-
 def test_a_held_up_lane_keeps_its_place_while_the_other_lanes_go_on() -> None:
     lanes = ["stuck"] * 10 + [f"lane-{n}" for n in range(100)]
     runner = CountingRunner(lanes, slow_lane="stuck")
@@ -134,7 +117,7 @@ class HangingLanes(InstantBatches):
         self.lock = threading.Lock()
         self.release = threading.Event()
 
-    def due(self, limit: int, *, per_lane: int = LANE_DEPTH) -> Sequence[Due]:
+    def due(self, limit: int) -> Sequence[Due]:
         with self.lock:
             done = set(self.finished)
         return [Due(key, lane) for key, lane in self.items.items() if key not in done][:limit]
@@ -222,7 +205,7 @@ class BatchCounting(Runner[str, str]):
         self.lock = threading.Lock()
         self.release = threading.Event()
 
-    def due(self, limit: int, *, per_lane: int = LANE_DEPTH) -> Sequence[Due]:
+    def due(self, limit: int) -> Sequence[Due]:
         with self.lock:
             done = set(self.recorded)
         return [Due(key, lane) for key, lane in self.items.items() if key not in done][:limit]
