@@ -9,6 +9,7 @@ import multiprocessing
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier as ProcessBarrier
 from pathlib import Path
@@ -109,22 +110,17 @@ def test_a_batch_of_several_merchants_holds_back_those_merchants_only(tmp_path: 
         store.close()
 
 
-def _lock_payout(
-    store: PostgresStore, merchant_id: str, reference: str, inside: threading.Event, release: threading.Event
+def _lock_row(
+    store: PostgresStore,
+    merchant_id: str,
+    read: Callable[[Any], object],
+    inside: threading.Event,
+    release: threading.Event,
 ) -> None:
-    """Hold one payout's row (as an operator's action on it does, in its merchant's partition)."""
+    """Hold the row ``read`` reads for update, in its merchant's partition (as an operator's action on a
+    payout does, or the unit recording an event's delivery)."""
     with store.transaction_for(merchant_id) as tx:
-        assert tx.payouts.get(reference) is not None  # read for update: the row is locked
-        inside.set()
-        release.wait(WAIT)
-
-
-def _lock_event(
-    store: PostgresStore, event_id: str, inside: threading.Event, release: threading.Event
-) -> None:
-    """Hold one webhook event's row (as the unit recording its delivery does, in its merchant's)."""
-    with store.transaction_for("mer_1") as tx:
-        assert tx.outbox.get(event_id) is not None
+        assert read(tx) is not None  # read for update: the row is locked
         inside.set()
         release.wait(WAIT)
 
@@ -150,8 +146,14 @@ def test_a_claims_unit_passes_over_held_rows_and_waits_for_no_merchant(tmp_path:
         release, release_row = threading.Event(), threading.Event()
         holders = [  # mer_b's partition; mer_a's and PO-held's row; mer_1's and evt_held's row
             threading.Thread(target=_hold, args=(store, "mer_b", inside[0], release)),
-            threading.Thread(target=_lock_payout, args=(store, "mer_a", "PO-held", inside[1], release_row)),
-            threading.Thread(target=_lock_event, args=(store, "evt_held", inside[2], release)),
+            threading.Thread(
+                target=_lock_row,
+                args=(store, "mer_a", lambda tx: tx.payouts.get("PO-held"), inside[1], release_row),
+            ),
+            threading.Thread(
+                target=_lock_row,
+                args=(store, "mer_1", lambda tx: tx.outbox.get("evt_held"), inside[2], release),
+            ),
         ]
         for thread in holders:
             thread.start()
@@ -211,7 +213,10 @@ def test_the_worker_claims_while_a_merchant_is_busy_and_passes_over_a_payout_bei
         partition, row, release = threading.Event(), threading.Event(), threading.Event()
         holders = [
             threading.Thread(target=_hold, args=(store, busy, partition, release)),
-            threading.Thread(target=_lock_payout, args=(store, acted_on, references[1], row, release)),
+            threading.Thread(
+                target=_lock_row,
+                args=(store, acted_on, lambda tx: tx.payouts.get(references[1]), row, release),
+            ),
         ]
         for thread in holders:
             thread.start()
