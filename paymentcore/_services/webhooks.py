@@ -444,7 +444,7 @@ class Webhooks:
                     last_error=None,
                 )
             )
-            if current is not None:
+            if current is not None and (current.consecutive_failures or not current.ever_succeeded):
                 tx.webhooks.put(attrs.evolve(current, consecutive_failures=0, ever_succeeded=True))
             return
         error = _error_of(result)
