@@ -611,6 +611,14 @@ class LeaseRepository(Protocol):
         """Remove the lease, if any."""
         ...
 
+    def take_many(self, kind: str, leases: Sequence[tuple[str, int]]) -> None:
+        """:meth:`take` for each ``(key, until)``, in one statement where the store can (each key once)."""
+        ...
+
+    def drop_many(self, kind: str, keys: Sequence[str]) -> None:
+        """:meth:`drop` for each key, in one statement where the store can."""
+        ...
+
     def held(self, kind: str, now: int) -> int:
         """How many leases of ``kind`` run past ``now``."""
         ...

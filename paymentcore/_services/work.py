@@ -180,7 +180,9 @@ class Runner(Generic[ClaimT, OutcomeT]):
         claimed or nothing was learnt."""
         last: OutcomeT | None = None
         with self._write(merchant_id=merchant_id) as tx:
-            claim, lease = self._claim(tx, key)
+            leases = _LeaseWrites()
+            claim, lease = self._claim(tx, key, leases)
+            leases.write(tx, self.kind)
         for step in range(1, max_steps + 1):
             if claim is None:
                 return last
@@ -188,11 +190,13 @@ class Runner(Generic[ClaimT, OutcomeT]):
             if outcome is None:
                 return last  # the claim (and the lease row) runs out and the item is due again
             with self._write(merchant_id=merchant_id) as tx:
+                leases = _LeaseWrites()
                 again = self.task.record(tx, claim, outcome, self._clock.now())
-                tx.leases.drop(self.kind, key)
+                leases.drop(key)
                 # the next step's claim rides in the same transaction (one commit fewer per step);
                 # never after the last step, whose claim nobody would act on
-                claim, lease = self._claim(tx, key) if again and step < max_steps else (None, 0)
+                claim, lease = self._claim(tx, key, leases) if again and step < max_steps else (None, 0)
+                leases.write(tx, self.kind)
             last = outcome
         return last
 
@@ -207,8 +211,8 @@ class Runner(Generic[ClaimT, OutcomeT]):
         error is raised). On a store whose claims can pass over what others hold, the items another
         unit holds at the moment are left due (``skip_busy``; see :meth:`_open`) rather than waited for."""
 
-        def claim(tx: Transaction, item: Due) -> Claimed[ClaimT] | None:
-            taken, lease = self._claim(tx, item.key)
+        def claim(tx: Transaction, item: Due, leases: _LeaseWrites) -> Claimed[ClaimT] | None:
+            taken, lease = self._claim(tx, item.key, leases)
             return None if taken is None else Claimed(item, taken, lease)
 
         return self._in_batches([(item, item) for item in items], claim, isolate, skip_busy=skip_busy)
@@ -230,14 +234,16 @@ class Runner(Generic[ClaimT, OutcomeT]):
         ``max_steps`` steps an item). A batch that fails is written again item by item (``isolate``;
         else the error is raised)."""
 
-        def record(tx: Transaction, done: tuple[Claimed[ClaimT], OutcomeT]) -> Claimed[ClaimT] | None:
+        def record(
+            tx: Transaction, done: tuple[Claimed[ClaimT], OutcomeT], leases: _LeaseWrites
+        ) -> Claimed[ClaimT] | None:
             claimed, outcome = done
             key = claimed.item.key
             again = self.task.record(tx, claimed.claim, outcome, self._clock.now())
-            tx.leases.drop(self.kind, key)
+            leases.drop(key)
             if not again or claimed.step >= max_steps:
                 return None
-            taken, lease = self._claim(tx, key)
+            taken, lease = self._claim(tx, key, leases)
             return None if taken is None else Claimed(claimed.item, taken, lease, claimed.step + 1)
 
         return self._in_batches([(done[0].item, done) for done in learnt], record, isolate)
@@ -245,7 +251,7 @@ class Runner(Generic[ClaimT, OutcomeT]):
     def _in_batches(
         self,
         work: Sequence[tuple[Due, WorkT]],
-        step: Callable[[Transaction, WorkT], Claimed[ClaimT] | None],
+        step: Callable[[Transaction, WorkT, _LeaseWrites], Claimed[ClaimT] | None],
         isolate: bool,
         *,
         skip_busy: bool = False,
@@ -264,7 +270,9 @@ class Runner(Generic[ClaimT, OutcomeT]):
                 with self._open(merchants, skip_busy) as tx:
                     if len(batch) > 1:
                         self.task.prefetch(tx, [item.key for item, _ in batch])
-                    results = [step(tx, one) for _, one in batch]
+                    leases = _LeaseWrites()
+                    results = [step(tx, one, leases) for _, one in batch]
+                    leases.write(tx, self.kind)
             except Exception:
                 if not isolate:
                     raise
@@ -276,7 +284,9 @@ class Runner(Generic[ClaimT, OutcomeT]):
                 for item, one in batch:
                     try:  # each item as the batch would have: a claim still waits for nobody
                         with self._open([item.merchant] if item.merchant else [], skip_busy) as tx:
-                            results.append(step(tx, one))
+                            leases = _LeaseWrites()
+                            results.append(step(tx, one, leases))
+                            leases.write(tx, self.kind)
                     except Exception:
                         log.exception("%s: an item failed; it stays due", self.kind)
             out.extend(result for result in results if result is not None)
@@ -290,11 +300,11 @@ class Runner(Generic[ClaimT, OutcomeT]):
             return self._claiming(merchants)
         return self._write(merchant_id=None, merchants=merchants)
 
-    def _claim(self, tx: Transaction, key: str) -> tuple[ClaimT | None, int]:
+    def _claim(self, tx: Transaction, key: str, leases: _LeaseWrites) -> tuple[ClaimT | None, int]:
         now = self._clock.now()
         claim = self.task.claim(tx, key, now)
         if claim is not None:
-            tx.leases.take(self.kind, key, now + self._lease_ms)
+            leases.take(key, now + self._lease_ms)
         return claim, now + self._lease_ms
 
     def _act(self, key: str, claim: ClaimT, lease: int, merchant_id: str | None = None) -> OutcomeT | None:
@@ -341,15 +351,43 @@ class Runner(Generic[ClaimT, OutcomeT]):
         for merchant_id, theirs in merchants.items():
             with self._write(merchant_id=merchant_id) as tx:
                 until = self._clock.now() + self._lease_ms
+                leases = _LeaseWrites()
                 for key, hold in theirs.items():
                     if self.task.renew(tx, key, hold.lease, until):
-                        tx.leases.take(self.kind, key, until)
+                        leases.take(key, until)
                         renewed[key] = until
+                leases.write(tx, self.kind)
         with self._acting_lock:
             for key, until in renewed.items():
                 hold = holds[key]
                 if self._acting.get(key) is hold:
                     hold.lease = until
+
+
+class _LeaseWrites:
+    """The lease rows a unit of work takes and drops, written together when its items are done (one
+    statement for the leases taken, one for those dropped). An item recorded and claimed for its next
+    step in the same unit keeps its row, with the new lease."""
+
+    __slots__ = ("dropped", "taken")
+
+    def __init__(self) -> None:
+        self.taken: dict[str, int] = {}
+        self.dropped: set[str] = set()
+
+    def take(self, key: str, until: int) -> None:
+        self.dropped.discard(key)
+        self.taken[key] = until
+
+    def drop(self, key: str) -> None:
+        self.taken.pop(key, None)
+        self.dropped.add(key)
+
+    def write(self, tx: Transaction, kind: str) -> None:
+        if self.dropped:
+            tx.leases.drop_many(kind, sorted(self.dropped))
+        if self.taken:
+            tx.leases.take_many(kind, sorted(self.taken.items()))
 
 
 @attrs.define

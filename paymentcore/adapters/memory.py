@@ -740,6 +740,14 @@ class _Leases(_Repository):
         if self._t.get("leases", (kind, key)) is not None:
             self._t.delete("leases", (kind, key))
 
+    def take_many(self, kind: str, leases: Sequence[tuple[str, int]]) -> None:
+        for key, until in leases:
+            self.take(kind, key, until)
+
+    def drop_many(self, kind: str, keys: Sequence[str]) -> None:
+        for key in keys:
+            self.drop(kind, key)
+
     def held(self, kind: str, now: int) -> int:
         return sum(1 for (k, _), until in self._t.items("leases") if k == kind and until > now)
 

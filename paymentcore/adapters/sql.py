@@ -1243,14 +1243,24 @@ class _Idempotency(_Repository):
 
 class _Leases(_Repository):
     def take(self, kind: str, key: str, until: int) -> None:
-        self._rows.write(
-            "INSERT INTO work_leases (kind, key, until) VALUES (?, ?, ?)"
-            " ON CONFLICT (kind, key) DO UPDATE SET until = excluded.until",
-            (kind, key, until),
-        )
+        self.take_many(kind, [(key, until)])
 
     def drop(self, kind: str, key: str) -> None:
-        self._rows.write("DELETE FROM work_leases WHERE kind = ? AND key = ?", (kind, key))
+        self.drop_many(kind, [key])
+
+    def take_many(self, kind: str, leases: Sequence[tuple[str, int]]) -> None:
+        if leases:
+            self._rows.write(
+                "INSERT INTO work_leases (kind, key, until) VALUES "
+                + ", ".join("(?, ?, ?)" for _ in leases)
+                + " ON CONFLICT (kind, key) DO UPDATE SET until = excluded.until",
+                [value for key, until in leases for value in (kind, key, until)],
+            )
+
+    def drop_many(self, kind: str, keys: Sequence[str]) -> None:
+        if keys:
+            marks = ", ".join("?" for _ in keys)
+            self._rows.write(f"DELETE FROM work_leases WHERE kind = ? AND key IN ({marks})", (kind, *keys))
 
     def held(self, kind: str, now: int) -> int:
         return self._rows.count("SELECT count(*) FROM work_leases WHERE kind = ? AND until > ?", (kind, now))

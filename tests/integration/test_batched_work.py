@@ -74,6 +74,11 @@ def _payouts(core: PaymentCore, count: int) -> tuple[str, list[str]]:
     return merchant.id, references
 
 
+def _in_flight(core: PaymentCore) -> int:
+    [payouts] = [item for item in core.work_backlog() if item.kind == "payouts"]
+    return payouts.in_flight
+
+
 def _check_money(core: PaymentCore, merchant_id: str, paid: int) -> None:
     with core.store.read() as tx:
         balance = check_invariant(tx, merchant_id, "XAF")  # raises when the ledger disagrees
@@ -96,17 +101,20 @@ def test_a_batch_is_claimed_in_one_transaction_and_its_outcomes_recorded_in_one(
     assert counted.since(before) == 1
     assert len(claimed) == PAYOUTS
     assert runner.claim_many(due) == []  # claimed items are no longer anyone's to take
+    assert _in_flight(core) == PAYOUTS  # each claim holds its lease, written with the batch
 
     sent = [(one, outcome) for one in claimed if (outcome := runner.act(one)) is not None]
     before = counted.count
     checks = runner.record_many(sent)  # every hand-over written, every status check claimed with it
     assert counted.since(before) == 1
     assert len(checks) == PAYOUTS and all(one.step == 2 for one in checks)
+    assert _in_flight(core) == PAYOUTS  # the step's lease dropped, the next step's taken: one each
 
     answers = [(one, outcome) for one in checks if (outcome := runner.act(one)) is not None]
     before = counted.count
     assert runner.record_many(answers) == []
     assert counted.since(before) == 1
+    assert _in_flight(core) == 0
     assert {core.disburse.get(merchant_id, ref).status for ref in references} == {PayoutStatus.PAID}
     _check_money(core, merchant_id, PAYOUTS)
 

@@ -570,6 +570,23 @@ def test_webhook_endpoints_read_once_or_many_at_once_are_what_the_unit_last_wrot
         assert tx.webhooks.get_many([]) == {}
 
 
+def test_leases_taken_and_dropped_many_at_once_as_one_by_one(store: Store) -> None:
+    with store.transaction() as tx:
+        tx.leases.take("payouts", "PO-1", NOW - 10)
+        tx.leases.take_many("payouts", [("PO-1", NOW + 10), ("PO-2", NOW + 10), ("PO-3", NOW + 10)])
+        tx.leases.take_many("deliveries", [("PO-1", NOW + 10)])  # another kind: a lease of its own
+        tx.leases.take_many("payouts", [])
+    with store.read() as tx:
+        assert tx.leases.held("payouts", NOW) == 3  # PO-1's lease replaced, not added
+        assert tx.leases.held("deliveries", NOW) == 1
+    with store.transaction() as tx:
+        tx.leases.drop_many("payouts", ["PO-1", "PO-3", "PO-unknown"])
+        tx.leases.drop_many("payouts", [])
+    with store.read() as tx:
+        assert tx.leases.held("payouts", NOW) == 1
+        assert tx.leases.held("deliveries", NOW) == 1  # only the kind named goes
+
+
 def test_a_payouts_fixed_columns_keep_their_stored_values(store: Store) -> None:
     """What a payout was created with (merchant, amount, currency, phone, ...) never changes: the SQL
     stores do not write those columns again on an update, and the reference store (memory) refuses an
