@@ -13,8 +13,9 @@ from __future__ import annotations
 import hashlib
 import secrets
 import threading
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from typing import Protocol
+from typing import Protocol, cast
 
 import attrs
 
@@ -22,12 +23,13 @@ from paymentcore._domain.errors import (
     CapabilityDisabledError,
     InsufficientScopeError,
     MerchantNotApprovedError,
+    PaymentError,
     RateLimitedError,
     UnauthorizedError,
 )
 from paymentcore._domain.models import ApiKey, Merchant, Scope
 from paymentcore._services.deps import Deps
-from paymentcore.ports import RateRepository
+from paymentcore.ports import KeyLookup, RateRepository
 
 KEY_PREFIX = "pck_"
 
@@ -189,18 +191,28 @@ class RateLimiter:
 
     def hit(self, key: ApiKey, now: int) -> RateState:
         """Count one request or raise RATE_LIMITED (a refused request is not counted)."""
-        mine = _Hit(key, now)
+        [counted] = self.hit_many([key], now)
+        if isinstance(counted, BaseException):
+            raise counted
+        return counted
+
+    def hit_many(self, keys: Sequence[ApiKey], now: int) -> list[RateState | BaseException]:
+        """Count one request of each key, in their order, together with whatever other threads have
+        queued meanwhile: what each count gave, a ``RateState`` or the error that refused it (a
+        refused request is not counted; when the book fails, every request fails with its error)."""
+        mine = [_Hit(key, now) for key in keys]
         with self._queue_lock:
-            self._queue.append(mine)
+            self._queue.extend(mine)
         with self._turn:
-            if not mine.done:
+            if not all(hit.done for hit in mine):
                 with self._queue_lock:
                     batch, self._queue = self._queue, []
                 self._count_all(batch)
-        if mine.error is not None:
-            raise mine.error
-        assert mine.state is not None
-        return mine.state
+        counted: list[RateState | BaseException] = []
+        for hit in mine:
+            assert hit.error is not None or hit.state is not None
+            counted.append(hit.error if hit.error is not None else cast(RateState, hit.state))
+        return counted
 
     def _count_all(self, batch: list[_Hit]) -> None:
         try:
@@ -316,6 +328,15 @@ class SignInThrottle:
         return mine, overall
 
 
+def _admitted(found: KeyLookup | None) -> Principal:
+    """The caller of a key looked up, or UNAUTHORIZED / CAPABILITY_DISABLED."""
+    if found is None or found.key.revoked or found.merchant is None:
+        raise UnauthorizedError()
+    if not found.settings.api_enabled:
+        raise CapabilityDisabledError("The merchant API is switched off platform-wide.")
+    return Principal(key=found.key, merchant=found.merchant)
+
+
 class Access:
     def __init__(self, deps: Deps, rate_book: RateBook | None = None) -> None:
         self._deps = deps
@@ -335,11 +356,30 @@ class Access:
             raise UnauthorizedError()
         with self._deps.store.read() as tx:
             found = tx.keys.lookup(hash_key(token))  # the key, its merchant and the switches: one read
-        if found is None or found.key.revoked or found.merchant is None:
-            raise UnauthorizedError()
-        if not found.settings.api_enabled:
-            raise CapabilityDisabledError("The merchant API is switched off platform-wide.")
-        return Principal(key=found.key, merchant=found.merchant)
+        return _admitted(found)
+
+    def authenticate_many(self, tokens: Sequence[str | None]) -> list[Principal | PaymentError]:
+        """:meth:`authenticate` for several tokens in one read view (a token repeated is looked up
+        once): each token's caller, or the error its request raises."""
+        found: dict[str, KeyLookup | None] = {}
+        with self._deps.store.read() as tx:
+            for token in tokens:
+                if token and len(token) <= 200 and token not in found:
+                    found[token] = tx.keys.lookup(hash_key(token))
+        admitted: list[Principal | PaymentError] = []
+        for token in tokens:
+            try:
+                if not token or len(token) > 200:
+                    raise UnauthorizedError()
+                admitted.append(_admitted(found[token]))
+            except PaymentError as refused:
+                admitted.append(refused)
+        return admitted
 
     def rate(self, principal: Principal) -> RateState:
         return self.limiter.hit(principal.key, self._deps.clock.now())
+
+    def rate_many(self, principals: Sequence[Principal]) -> list[RateState | BaseException]:
+        """:meth:`rate` for several requests counted in one write of the rate book: what each count
+        gave, a ``RateState`` or the error (RATE_LIMITED, or the book's failure) its request raises."""
+        return self.limiter.hit_many([principal.key for principal in principals], self._deps.clock.now())

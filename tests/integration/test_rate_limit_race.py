@@ -29,6 +29,9 @@ from starlette.testclient import TestClient
 from test_crash_recovery import Server  # type: ignore[import-not-found, unused-ignore]
 
 from paymentcore import Config, FakeClock, PaymentCore, RandomReferences, SandboxNetwork
+from paymentcore._services.access import Access, RateLimiter
+from paymentcore.adapters.memory import MemoryStore
+from paymentcore.adapters.sqlite import SqliteStore
 from paymentcore.testing import CapturingSender, fund, public_resolver
 from paymentcore_server.app import create_app
 
@@ -317,6 +320,43 @@ def test_16_gathered_requests_with_one_idempotency_key_make_one_collection(shop:
     )
     reference = assert_one_answer(answers)
     assert shop.existing_collections() == [reference] and shop.refs.collections == [reference]
+
+
+def test_gets_gathered_on_one_loop_are_looked_up_in_one_read_and_counted_in_one_write(
+    shop: Shop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a local store the GETs served on the event loop are admitted once per turn of the loop: every
+    token of the turn looked up in one read view, every caller counted in one write of the rate book,
+    and each request answered with its own caller's verdict (a bad token 401, each key's own slots)."""
+    if not isinstance(shop.core.store, SqliteStore | MemoryStore):
+        pytest.skip("on a database server every request runs on a thread (counted as threads are)")
+    lookups: list[int] = []
+    counts: list[int] = []
+    singles: list[str] = []
+    authenticate_many, hit_many = Access.authenticate_many, RateLimiter.hit_many
+
+    def looked_up(self: Access, tokens: Any) -> Any:
+        lookups.append(len(tokens))
+        return authenticate_many(self, tokens)
+
+    def counted(self: RateLimiter, keys: Any, now: int) -> Any:
+        counts.append(len(keys))
+        return hit_many(self, keys, now)
+
+    monkeypatch.setattr(Access, "authenticate_many", looked_up)
+    monkeypatch.setattr(RateLimiter, "hit_many", counted)
+    monkeypatch.setattr(Access, "authenticate", lambda self, token: singles.append(token))
+    keys = [shop.collect_key] * 12 + [shop.other_key] * 4 + ["pck_not-a-key"] * 4
+    order = iter(keys)
+    answers = asyncio.run(
+        gather(shop, len(keys), lambda http: http.get("/v1/countries", headers=shop.headers(next(order))))
+    )
+    assert (lookups, counts, singles) == ([20], [16], [])
+    assert sorted(a.status for a in answers) == [200] * 16 + [401] * 4
+    remaining = sorted(int(a.headers["x-ratelimit-remaining"]) for a in answers if a.status == 200)
+    assert remaining == sorted([*range(PER_MINUTE - 12, PER_MINUTE), *range(PER_MINUTE - 4, PER_MINUTE)])
+    for refused in (a for a in answers if a.status == 401):
+        assert refused.json()["code"] == "UNAUTHORIZED" and refused.json()["message"].startswith("A valid")
 
 
 # --- a real server process --------------------------------------------------------------------------
