@@ -198,6 +198,11 @@ class Call:
 Work = Callable[[Call], Reply]
 
 
+#: a request's caller and its rate count (or the error that refused the count: its request raises it
+#: once the caller is known, so that the request log still names the merchant)
+Admitted = tuple[Principal, RateState | BaseException]
+
+
 class _LoopAdmissions:
     """The callers of the requests served on the event loop, authenticated and counted together once
     per turn of the loop.
@@ -206,8 +211,9 @@ class _LoopAdmissions:
     loop's next turn, which looks every queued token up in one read view (``Access.authenticate_many``)
     and counts every caller found in one write of the rate book (``Access.rate_many``: exact, in arrival
     order per key, as one request at a time would be), then answers each request with its caller and
-    ``RateState``, or with the error it raises (UNAUTHORIZED before RATE_LIMITED, as one at a time). A
-    burst of GETs then costs one read and one transaction of the rate book, not one of each per request.
+    count, or with the error that refused its token (UNAUTHORIZED before anything is counted, as one at
+    a time). A burst of GETs then costs one read and one transaction of the rate book, not one of each
+    per request.
     """
 
     def __init__(self, core: PaymentCore) -> None:
@@ -229,11 +235,9 @@ class _LoopAdmissions:
         results: list[Admitted | BaseException]
         try:
             callers = access.authenticate_many([token for token, _ in batch])
-            found = [caller for caller in callers if isinstance(caller, Principal)]
-            counts = iter(access.rate_many(found))
+            counts = iter(access.rate_many([caller for caller in callers if isinstance(caller, Principal)]))
             results = [
-                caller if isinstance(caller, PaymentError) else _counted(caller, next(counts))
-                for caller in callers
+                caller if isinstance(caller, PaymentError) else (caller, next(counts)) for caller in callers
             ]
         except BaseException as failure:  # the store or the rate book failed: every request with it
             results = [failure] * len(batch)
@@ -244,13 +248,6 @@ class _LoopAdmissions:
                 admitted.set_exception(result)
             else:
                 admitted.set_result(result)
-
-
-Admitted = tuple[Principal, RateState]
-
-
-def _counted(caller: Principal, count: RateState | BaseException) -> Admitted | BaseException:
-    return count if isinstance(count, BaseException) else (caller, count)
 
 
 class Api:
@@ -302,14 +299,18 @@ class Api:
         _seen(seen, principal)
         return principal
 
-    async def _admitted_on_loop(self, authorization: str, seen: dict[str, Any] | None) -> Admitted:
+    async def _admitted_on_loop(
+        self, authorization: str, seen: dict[str, Any] | None
+    ) -> tuple[Principal, RateState]:
         """:meth:`_principal` and the rate count, on the event loop, batched per turn."""
         try:
-            principal, state = await self._loop.admit(_bearer(authorization))
+            principal, counted = await self._loop.admit(_bearer(authorization))
         except UnauthorizedError:
             raise UnauthorizedError(UNAUTHORIZED_MESSAGE) from None
         _seen(seen, principal)
-        return principal, state
+        if isinstance(counted, BaseException):
+            raise counted
+        return principal, counted
 
     def _answer(
         self,

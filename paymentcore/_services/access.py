@@ -200,6 +200,8 @@ class RateLimiter:
         """Count one request of each key, in their order, together with whatever other threads have
         queued meanwhile: what each count gave, a ``RateState`` or the error that refused it (a
         refused request is not counted; when the book fails, every request fails with its error)."""
+        if not keys:
+            return []
         mine = [_Hit(key, now) for key in keys]
         with self._queue_lock:
             self._queue.extend(mine)
@@ -362,14 +364,15 @@ class Access:
         """:meth:`authenticate` for several tokens in one read view (a token repeated is looked up
         once): each token's caller, or the error its request raises."""
         found: dict[str, KeyLookup | None] = {}
-        with self._deps.store.read() as tx:
-            for token in tokens:
-                if token and len(token) <= 200 and token not in found:
-                    found[token] = tx.keys.lookup(hash_key(token))
+        wanted = sorted({token for token in tokens if token and len(token) <= 200})
+        if wanted:  # a token that cannot be a key is refused without a read, as by authenticate
+            with self._deps.store.read() as tx:
+                for key_token in wanted:
+                    found[key_token] = tx.keys.lookup(hash_key(key_token))
         admitted: list[Principal | PaymentError] = []
         for token in tokens:
             try:
-                if not token or len(token) > 200:
+                if not token or token not in found:
                     raise UnauthorizedError()
                 admitted.append(_admitted(found[token]))
             except PaymentError as refused:

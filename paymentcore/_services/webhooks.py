@@ -119,10 +119,17 @@ class _Sent:
     duration_ms: int
 
 
+#: how many endpoints' decrypted signing secrets a worker keeps (each delivery is signed with one)
+KEPT_SECRETS = 1024
+
+
 class Webhooks:
     def __init__(self, deps: Deps, idempotency: Idempotency) -> None:
         self._deps = deps
         self._idem = idempotency
+        # the signing secrets decrypted for deliveries, by their ciphertext (one key decrypts a
+        # ciphertext to the same secret every time; an endpoint registered again has a new one)
+        self._secrets: dict[str, str] = {}
         self._runner: Runner[_Attempt, _Sent] = Runner(
             self,
             deps.store,
@@ -369,10 +376,15 @@ class Webhooks:
         event, endpoint = claim.event, claim.endpoint
         name = event_name(event.type, endpoint.events)
         body = wire.dumps(event_body(event, name)).encode()
-        try:
-            secret = deps.secret_box.decrypt(endpoint.secret_encrypted)
-        except Exception:  # the server key changed: the endpoint must be registered again
-            return _Sent(DeliveryResult(status=None, error="signing secret unreadable"), name, now, 0)
+        secret = self._secrets.get(endpoint.secret_encrypted)
+        if secret is None:
+            try:
+                secret = deps.secret_box.decrypt(endpoint.secret_encrypted)
+            except Exception:  # the server key changed: the endpoint must be registered again
+                return _Sent(DeliveryResult(status=None, error="signing secret unreadable"), name, now, 0)
+            if len(self._secrets) >= KEPT_SECRETS:
+                self._secrets.clear()  # rare (a thousand endpoints in turn): start again, no ages kept
+            self._secrets[endpoint.secret_encrypted] = secret
         timestamp = now // 1000
         headers = {
             "Content-Type": "application/json",

@@ -13,18 +13,9 @@ __all__ = [
 ]
 
 
-#: how many decrypted secrets a box keeps (a webhook endpoint's secret is decrypted for every delivery)
-KEPT_SECRETS = 1024
-
-
 class FernetSecretBox:
-    """Encrypts and decrypts with one Fernet key. The plaintexts of the last tokens decrypted are kept
-    (at most ``KEPT_SECRETS``): a token always decrypts to the same text under one key, and a worker
-    signs every delivery to an endpoint with the same secret."""
-
     def __init__(self, key: bytes | str) -> None:
         self._fernet = Fernet(key)
-        self._kept: dict[str, str] = {}
 
     @classmethod
     def generate(cls) -> FernetSecretBox:
@@ -57,11 +48,4 @@ class FernetSecretBox:
         return self._fernet.encrypt(plaintext.encode()).decode()
 
     def decrypt(self, token: str) -> str:
-        kept = self._kept.get(token)
-        if kept is not None:
-            return kept
-        plaintext = self._fernet.decrypt(token.encode()).decode()
-        if len(self._kept) >= KEPT_SECRETS:
-            self._kept.clear()  # rare (a thousand endpoints in turn): start again rather than track age
-        self._kept[token] = plaintext
-        return plaintext
+        return self._fernet.decrypt(token.encode()).decode()

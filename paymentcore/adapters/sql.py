@@ -1249,6 +1249,7 @@ class _Leases(_Repository):
         self.drop_many(kind, [key])
 
     def take_many(self, kind: str, leases: Sequence[tuple[str, int]]) -> None:
+        leases = list(dict(leases).items())  # a key given twice: its last lease (one row per statement)
         if leases:
             self._rows.write(
                 "INSERT INTO work_leases (kind, key, until) VALUES "

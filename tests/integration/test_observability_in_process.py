@@ -578,6 +578,21 @@ def test_the_request_record_and_its_json_log_line(
     assert getattr(captured[0], FIELDS_ATTRIBUTE)["requestId"] == record.request_id
 
 
+def test_a_rate_limited_request_is_recorded_with_its_merchant(
+    metered: tuple[TestClient, Metrics, list[RequestRecord], PaymentCore],
+) -> None:
+    """The key was accepted before the count refused it: the record names the merchant, whether the
+    request was served on the event loop (a GET on a local store) or on a thread (a POST)."""
+    client, _, records, core = metered
+    shop = core.operator.create_merchant("Shop")
+    key = core.operator.create_key(shop.id, ["disburse"], per_minute=1, per_hour=100).api_key
+    auth = {"Authorization": f"Bearer {key}"}
+    assert client.get("/v1/account/balances", headers=auth).status_code == 200
+    assert client.get("/v1/account/balances", headers=auth).status_code == 429
+    assert client.post("/v1/disburse", headers={**auth, "Idempotency-Key": "k1"}, json={}).status_code == 429
+    assert [(r.status, r.merchant_id) for r in records[-3:]] == [(200, shop.id)] + [(429, shop.id)] * 2
+
+
 def test_each_metrics_instance_has_its_own_registry() -> None:
     first, second = Metrics(), Metrics()
     first.observer().payout_status(PayoutStatus.PAID)

@@ -576,7 +576,9 @@ def test_leases_taken_and_dropped_many_at_once_as_one_by_one(store: Store) -> No
         tx.leases.take_many("payouts", [("PO-1", NOW + 10), ("PO-2", NOW + 10), ("PO-3", NOW + 10)])
         tx.leases.take_many("deliveries", [("PO-1", NOW + 10)])  # another kind: a lease of its own
         tx.leases.take_many("payouts", [])
+        tx.leases.take_many("collections", [("REQ-1", NOW - 10), ("REQ-1", NOW + 10)])  # the last counts
     with store.read() as tx:
+        assert tx.leases.held("collections", NOW) == 1
         assert tx.leases.held("payouts", NOW) == 3  # PO-1's lease replaced, not added
         assert tx.leases.held("deliveries", NOW) == 1
     with store.transaction() as tx:
