@@ -198,6 +198,21 @@ class Call:
 Work = Callable[[Call], Reply]
 
 
+@attrs.frozen
+class _Asked:
+    """One request as the handlers need it: its parts, read on the event loop, and its route's rules
+    (the service call, the scope its key needs, whether the merchant must be approved)."""
+
+    authorization: str
+    idempotency_header: str | None
+    raw: bytes
+    params: Mapping[str, str]
+    query: tuple[tuple[str, str], ...]
+    work: Work
+    scope: KeyScope | None
+    transact: bool
+
+
 #: a request's caller and its rate count (or the error that refused the count: its request raises it
 #: once the caller is known, so that the request log still names the merchant)
 Admitted = tuple[Principal, RateState | BaseException]
@@ -255,7 +270,8 @@ class Api:
     together, in that order: on a worker thread (one hop) for anything that writes the database or
     talks to a database server; on the event loop itself for a GET on a local store (SQLite or memory),
     where the reads take tens of microseconds and never wait for a writer (WAL; the rate count goes to
-    its own file), so the hop would cost more than the work."""
+    its own file), so the hop would cost more than the work. There the requests of one turn of the
+    loop are authenticated and counted together (:class:`_LoopAdmissions`)."""
 
     def __init__(self, core: PaymentCore) -> None:
         self.core = core
@@ -274,21 +290,9 @@ class Api:
 
     # --- plumbing --------------------------------------------------------------------------------
 
-    def _serve(
-        self,
-        authorization: str,
-        idempotency_header: str | None,
-        raw: bytes,
-        params: Mapping[str, str],
-        work: Work,
-        scope: KeyScope | None,
-        transact: bool,
-        seen: dict[str, Any] | None = None,
-        query: tuple[tuple[str, str], ...] = (),
-    ) -> tuple[Reply, RateState]:
-        principal = self._principal(authorization, seen)
-        state = self.core.access.rate(principal)
-        return self._answer(principal, state, idempotency_header, raw, params, work, scope, transact, query)
+    def _serve(self, asked: _Asked, seen: dict[str, Any] | None = None) -> tuple[Reply, RateState]:
+        principal = self._principal(asked.authorization, seen)
+        return self._answer(principal, self.core.access.rate(principal), asked)
 
     def _principal(self, authorization: str, seen: dict[str, Any] | None) -> Principal:
         """The caller of the request's Authorization header (UNAUTHORIZED in the API's own words)."""
@@ -312,27 +316,16 @@ class Api:
             raise counted
         return principal, counted
 
-    def _answer(
-        self,
-        principal: Principal,
-        state: RateState,
-        idempotency_header: str | None,
-        raw: bytes,
-        params: Mapping[str, str],
-        work: Work,
-        scope: KeyScope | None,
-        transact: bool,
-        query: tuple[tuple[str, str], ...],
-    ) -> tuple[Reply, RateState]:
+    def _answer(self, principal: Principal, state: RateState, asked: _Asked) -> tuple[Reply, RateState]:
         """The rest of a request once its caller is known and counted: scope, parsing, the call."""
-        if scope is not None:
-            principal.require(scope)
-        if transact:
+        if asked.scope is not None:
+            principal.require(asked.scope)
+        if asked.transact:
             principal.require_approved()
-        key = check_idempotency_header(idempotency_header)
-        call = Call(principal, raw, key, params, query)
+        key = check_idempotency_header(asked.idempotency_header)
+        call = Call(principal, asked.raw, key, asked.params, asked.query)
         try:
-            return work(call), state
+            return asked.work(call), state
         except PaymentError as error:
             raise call.translate(error) from None
 
@@ -355,21 +348,22 @@ class Api:
         async def handle(request: Request) -> Response:
             try:
                 raw = await read_body(request) if request.method in ("POST", "PUT") else b""
-                authorization = request.headers.get("authorization", "")
-                idempotency_header = request.headers.get("idempotency-key")
+                asked = _Asked(
+                    authorization=request.headers.get("authorization", ""),
+                    idempotency_header=request.headers.get("idempotency-key"),
+                    raw=raw,
+                    params=request.path_params,
+                    query=tuple(request.query_params.multi_items()),
+                    work=work,
+                    scope=scope,
+                    transact=transact,
+                )
                 seen = request.scope.setdefault("state", {})
-                query = tuple(request.query_params.multi_items())
                 if self._local_reads and request.method in ("GET", "HEAD"):
-                    principal, counted = await self._admitted_on_loop(authorization, seen)
-                    reply, state = self._answer(
-                        principal, counted, idempotency_header, raw, request.path_params, work, scope,
-                        transact, query,
-                    )  # fmt: skip
+                    principal, counted = await self._admitted_on_loop(asked.authorization, seen)
+                    reply, state = self._answer(principal, counted, asked)
                 else:
-                    serve = partial(
-                        self._serve, authorization, idempotency_header, raw, request.path_params, work,
-                        scope, transact, seen, query=query,
-                    )  # fmt: skip
+                    serve = partial(self._serve, asked, seen)
                     reply, state = await asyncio.get_running_loop().run_in_executor(self._requests, serve)
             except PaymentError as error:
                 return error_response(request, error)
