@@ -117,8 +117,6 @@ log = logging.getLogger("paymentcore.server")
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-
-
 @attrs.frozen
 class Reply:
     """What a handler answers: the HTTP status and the JSON body."""
@@ -267,11 +265,12 @@ class _LoopAdmissions:
 
 class Api:
     """The routes, bound to one core. Authentication, rate limiting, parsing and the service call run
-    together, in that order: on a worker thread (one hop) for anything that writes the database or
-    talks to a database server; on the event loop itself for a GET on a local store (SQLite or memory),
-    where the reads take tens of microseconds and never wait for a writer (WAL; the rate count goes to
-    its own file), so the hop would cost more than the work. There the requests of one turn of the
-    loop are authenticated and counted together (:class:`_LoopAdmissions`)."""
+    in that order. On a database server all of it runs on a worker thread (one hop). On a local store
+    (SQLite or memory), where reads take tens of microseconds and never wait for a writer (WAL), the
+    GETs of one turn of the event loop are authenticated and counted there together
+    (:class:`_LoopAdmissions`) and answered on the loop. On SQLite, whose rate counts go to a file of
+    their own, the POSTs of the turn are admitted with them and cross to a worker thread once, for
+    their write; on the memory store, its own rate book, a POST runs on the thread whole."""
 
     def __init__(self, core: PaymentCore) -> None:
         self.core = core
@@ -279,6 +278,9 @@ class Api:
         # the threads requests run on: a plain executor is a cheaper hop than anyio's thread pool
         self._requests = ThreadPoolExecutor(REQUEST_THREADS, thread_name_prefix="paymentcore-request")
         self._local_reads = isinstance(core.store, SqliteStore | MemoryStore)
+        # a POST is admitted on the loop only where its count cannot wait for a writer of the store
+        # (the memory store is its own rate book, whose lock a bulk payout holds for a while)
+        self._loop_posts = self._local_reads and core.access.counts_apart
         self._loop = _LoopAdmissions(core)
 
     def close(self) -> None:
@@ -359,9 +361,16 @@ class Api:
                     transact=transact,
                 )
                 seen = request.scope.setdefault("state", {})
-                if self._local_reads and request.method in ("GET", "HEAD"):
+                reading = request.method in ("GET", "HEAD")
+                if self._loop_posts or (self._local_reads and reading):
                     principal, counted = await self._admitted_on_loop(asked.authorization, seen)
-                    reply, state = self._answer(principal, counted, asked)
+                    if reading:
+                        reply, state = self._answer(principal, counted, asked)
+                    else:  # the caller is known and counted: only the write crosses to a thread
+                        answer = partial(self._answer, principal, counted, asked)
+                        reply, state = await asyncio.get_running_loop().run_in_executor(
+                            self._requests, answer
+                        )
                 else:
                     serve = partial(self._serve, asked, seen)
                     reply, state = await asyncio.get_running_loop().run_in_executor(self._requests, serve)

@@ -170,7 +170,7 @@ class PaymentCore:
         Any number of processes, on any number of machines, may open one database: they share the
         data, the rate-limit counters and the background work. The schema is created and migrated on
         first use. ``pool_size`` is the most connections this process opens (default
-        ``$PAYMENTCORE_POOL_SIZE``, else 10). The server key that encrypts webhook secrets is kept in
+        ``$PAYMENTCORE_POOL_SIZE``, else 20). The server key that encrypts webhook secrets is kept in
         the database, so every process finds the same one, unless ``key_file`` names a key file
         (then every process must be given a copy of the same file).
         """

@@ -342,6 +342,9 @@ def _admitted(found: KeyLookup | None) -> Principal:
 class Access:
     def __init__(self, deps: Deps, rate_book: RateBook | None = None) -> None:
         self._deps = deps
+        #: the rate counts go to a book of their own (a SQLite deployment's rate file), not to the store
+        #: whose writers move money: counting never waits for those writers
+        self.counts_apart = rate_book is not None
         book = rate_book if rate_book is not None else deps.store
         self.limiter = RateLimiter(book)
         config = deps.config

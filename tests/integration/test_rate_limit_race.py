@@ -33,7 +33,7 @@ from paymentcore._services.access import Access, RateLimiter
 from paymentcore.adapters.memory import MemoryStore
 from paymentcore.adapters.sqlite import SqliteStore
 from paymentcore.testing import CapturingSender, fund, public_resolver
-from paymentcore_server.app import create_app
+from paymentcore_server.app import Api, create_app
 
 from conftest import STORE_KINDS, postgres_url  # type: ignore[import-not-found, unused-ignore]
 
@@ -322,12 +322,9 @@ def test_16_gathered_requests_with_one_idempotency_key_make_one_collection(shop:
     assert shop.existing_collections() == [reference] and shop.refs.collections == [reference]
 
 
-def test_gets_gathered_on_one_loop_are_looked_up_in_one_read_and_counted_in_one_write(
-    shop: Shop, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """On a local store the GETs served on the event loop are admitted once per turn of the loop: every
-    token of the turn looked up in one read view, every caller counted in one write of the rate book,
-    and each request answered with its own caller's verdict (a bad token 401, each key's own slots)."""
+def watch_admissions(shop: Shop, monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], list[int], list[str]]:
+    """Spies on the admissions: the tokens of each batched lookup, the callers of each batched count,
+    and every token looked up one at a time (which a local store's server should never do)."""
     if not isinstance(shop.core.store, SqliteStore | MemoryStore):
         pytest.skip("on a database server every request runs on a thread (counted as threads are)")
     lookups: list[int] = []
@@ -346,6 +343,16 @@ def test_gets_gathered_on_one_loop_are_looked_up_in_one_read_and_counted_in_one_
     monkeypatch.setattr(Access, "authenticate_many", looked_up)
     monkeypatch.setattr(RateLimiter, "hit_many", counted)
     monkeypatch.setattr(Access, "authenticate", lambda self, token: singles.append(token))
+    return lookups, counts, singles
+
+
+def test_gets_gathered_on_one_loop_are_looked_up_in_one_read_and_counted_in_one_write(
+    shop: Shop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a local store the GETs served on the event loop are admitted once per turn of the loop: every
+    token of the turn looked up in one read view, every caller counted in one write of the rate book,
+    and each request answered with its own caller's verdict (a bad token 401, each key's own slots)."""
+    lookups, counts, singles = watch_admissions(shop, monkeypatch)
     keys = [shop.collect_key] * 12 + [shop.other_key] * 4 + ["pck_not-a-key"] * 4
     order = iter(keys)
     answers = asyncio.run(
@@ -357,6 +364,48 @@ def test_gets_gathered_on_one_loop_are_looked_up_in_one_read_and_counted_in_one_
     assert remaining == sorted([*range(PER_MINUTE - 12, PER_MINUTE), *range(PER_MINUTE - 4, PER_MINUTE)])
     for refused in (a for a in answers if a.status == 401):
         assert refused.json()["code"] == "UNAUTHORIZED" and refused.json()["message"].startswith("A valid")
+
+
+def test_posts_gathered_on_one_loop_are_admitted_together_and_only_their_work_goes_to_a_thread(
+    shop: Shop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On SQLite (whose rate counts go to a file of their own) a POST is authenticated and counted on
+    the event loop with the other requests of its turn (one read view, one write of the rate book), so
+    only its write crosses to a thread: a refused token never reaches a thread, and each admitted POST
+    does its own work once, on a request thread."""
+    if not shop.core.access.counts_apart:
+        pytest.skip("the memory store is its own rate book, a database server is a round trip away: threads")
+    lookups, counts, singles = watch_admissions(shop, monkeypatch)
+    threads: list[str] = []
+    answer = Api._answer
+
+    def answered(self: Api, principal: Any, state: Any, asked: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        return answer(self, principal, state, asked)
+
+    monkeypatch.setattr(Api, "_answer", answered)
+    tokens = iter([shop.collect_key] * 12 + ["pck_not-a-key"] * 4)
+    idems = iter(range(16))
+    body = json.dumps(CHECKOUT)
+    answers = asyncio.run(
+        gather(
+            shop,
+            16,
+            lambda http: http.post(
+                "/v1/collect/checkout",
+                content=body,
+                headers=shop.headers(next(tokens), idem=f"k{next(idems)}"),
+            ),
+        )
+    )
+    assert (sum(lookups), sum(counts), singles) == (16, 12, [])
+    assert len(lookups) < 16  # looked up together, not one at a time
+    assert len(threads) == 12 and all(name.startswith("paymentcore-request") for name in threads)
+    assert sorted(a.status for a in answers) == [201] * 12 + [401] * 4
+    remaining = sorted(int(a.headers["x-ratelimit-remaining"]) for a in answers if a.status == 201)
+    assert remaining == list(range(PER_MINUTE - 12, PER_MINUTE))
+    made = sorted(json.loads(a.text)["reference"] for a in answers if a.status == 201)
+    assert sorted(shop.existing_collections()) == made and len(set(made)) == 12
 
 
 # --- a real server process --------------------------------------------------------------------------
