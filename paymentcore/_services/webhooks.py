@@ -66,7 +66,7 @@ from paymentcore._services.deps import Deps, require_merchant
 from paymentcore._services.idempotency import Answer, Idempotency, check_key
 from paymentcore._services.urlsafety import MAX_URL_LENGTH, UnsafeUrlError, check_webhook_url
 from paymentcore._services.work import LANE_DEPTH, Due, Runner
-from paymentcore.ports import DeliveryResult, Transaction
+from paymentcore.ports import DeliveryResult, DeliveryTarget, Transaction
 
 DISABLED_REASON = "Disabled after {n} consecutive failed events."
 
@@ -130,6 +130,9 @@ class Webhooks:
         # the signing secrets decrypted for deliveries, by their ciphertext (one key decrypts a
         # ciphertext to the same secret every time; an endpoint registered again has a new one)
         self._secrets: dict[str, str] = {}
+        # the delivery targets of URLs whose host is an address, by URL and the private-address rule
+        # (nothing to look up: such a URL always gives the same target, or the same refusal)
+        self._targets: dict[tuple[str, bool], DeliveryTarget] = {}
         self._runner: Runner[_Attempt, _Sent] = Runner(
             self,
             deps.store,
@@ -395,14 +398,32 @@ class Webhooks:
             "User-Agent": "paymentcore-webhooks/1",
         }
         try:
-            target = check_webhook_url(
-                endpoint.url, resolver=deps.resolver, allow_private=config.allow_private_webhooks
-            )
+            target = self._target(endpoint.url, config.allow_private_webhooks)
         except UnsafeUrlError as exc:
             return _Sent(DeliveryResult(status=None, error=f"refused address: {exc.reason}"), name, now, 0)
         started = time.perf_counter()
         result = deps.webhook_sender().send(target, headers, body, config.webhook_timeout)
         return _Sent(result, name, now, round((time.perf_counter() - started) * 1000))
+
+    def _target(self, url: str, allow_private: bool) -> DeliveryTarget:
+        """Where a delivery to ``url`` goes (:func:`check_webhook_url`). A host name is resolved and
+        checked afresh for every delivery; the target of a URL whose host is an address is kept."""
+        kept = self._targets.get((url, allow_private))
+        if kept is not None:
+            return kept
+        named = False
+
+        def resolve(host: str, port: int) -> list[str]:
+            nonlocal named
+            named = True
+            return self._deps.resolver(host, port)
+
+        target = check_webhook_url(url, resolver=resolve, allow_private=allow_private)
+        if not named:
+            if len(self._targets) >= KEPT_SECRETS:
+                self._targets.clear()
+            self._targets[(url, allow_private)] = target
+        return target
 
     def record(self, tx: Transaction, claim: _Attempt, outcome: _Sent, now: int) -> bool:
         result = outcome.result

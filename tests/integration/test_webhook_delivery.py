@@ -492,3 +492,56 @@ def test_a_non_2xx_answer_is_retried_with_the_same_event_id(receiver: Receiver) 
         assert len(receiver.received) == 2  # delivered: no further attempt
     finally:
         core.close()
+
+
+def test_a_named_endpoint_is_resolved_at_every_delivery_and_an_address_checked_once(
+    receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A delivery to a host name asks the resolver again (an answer that changed is followed, and
+    checked, at once), while a URL whose host is an address always gives the same target: the worker
+    checks it once, not at every delivery."""
+    asked: list[str] = []
+
+    def resolver(host: str, port: int) -> list[str]:
+        asked.append(host)
+        return ["127.0.0.1"]
+
+    checked: list[str] = []
+    from paymentcore._services.urlsafety import check_webhook_url as check
+
+    def counted(url: str, **kwargs: Any) -> Any:
+        checked.append(url)
+        return check(url, **kwargs)
+
+    monkeypatch.setattr("paymentcore._services.webhooks.check_webhook_url", counted)
+    config = Config(sandbox_delay=0, webhook_jitter=0.0, allow_private_webhooks=True)
+    core = PaymentCore.memory(
+        network=SandboxNetwork(delay_seconds=0), sender=HttpWebhookSender(), config=config, resolver=resolver
+    )
+    try:
+        port = receiver.server_address[1]
+        named = core.operator.create_merchant("Named Shop")
+        literal = core.operator.create_merchant("Address Shop")
+        for merchant, url in (
+            (named, f"http://hooks.test:{port}/named"),
+            (literal, receiver.url("/literal")),
+        ):
+            fund(core, merchant.id, "XAF", 10_000)
+            core.webhooks.register(merchant.id, url=url)
+            for n in range(2):
+                core.disburse.create(
+                    merchant.id,
+                    amount=100,
+                    currency="XAF",
+                    phone=PAYING,
+                    idempotency_key=f"{merchant.id}-{n}",
+                )
+        asked.clear()
+        checked.clear()
+        core.run_until_idle()
+        paths = [item.path for item in receiver.received]
+        assert sorted(paths) == ["/literal"] * 4 + ["/named"] * 4  # sent and succeeded, twice each
+        assert asked == ["hooks.test"] * 4
+        assert checked.count(receiver.url("/literal")) == 1
+    finally:
+        core.close()
