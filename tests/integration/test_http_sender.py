@@ -564,3 +564,116 @@ def test_a_delivery_that_finds_its_endpoints_connections_busy_is_not_an_attempt(
     finally:
         server.release.set()
         sender.close()
+
+
+# --- (f) answers as HTTP/1.1 allows them: read by hand, the connection kept only when it can be -------
+
+
+class ScriptedServer:
+    """Answers every request with the same raw bytes and counts the connections it accepted."""
+
+    def __init__(self, answer: bytes) -> None:
+        self.answer = answer
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self.listener.getsockname()[1])
+        self.connections = 0
+        self.requests: list[bytes] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            data = b""
+            while True:
+                head_end = data.find(b"\r\n\r\n")
+                if head_end >= 0:
+                    head = data[:head_end].decode("latin-1").lower()
+                    length = (
+                        int(head.split("content-length:")[1].split("\r\n")[0])
+                        if "content-length:" in head
+                        else 0
+                    )
+                    if len(data) >= head_end + 4 + length:
+                        self.requests.append(data[: head_end + 4 + length])
+                        data = data[head_end + 4 + length :]
+                        conn.sendall(self.answer)
+                        continue
+                chunk = conn.recv(65_536)
+                if not chunk:
+                    return
+                data += chunk
+
+    def target(self) -> DeliveryTarget:
+        return DeliveryTarget(
+            url=f"http://hooks.test:{self.port}/hook",
+            scheme="http",
+            host="hooks.test",
+            port=self.port,
+            target="/hook",
+            address="127.0.0.1",
+        )
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+@pytest.mark.parametrize(
+    ("answer", "status", "kept"),
+    [
+        (b"HTTP/1.1 204 No Content\r\n\r\n", 204, True),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", 200, True),
+        (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n", 202, True),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n", 200, True),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2;x=1\r\nok\r\n0\r\nT: 1\r\n\r\n", 200, True),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nok\r\n0\r\n\r\n", 200, False),
+        (b"HTTP/1.1 200 OK\r\n\r\nno length: the body runs to the close", 200, False),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok", 200, False),
+        (b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok", 200, False),
+        (b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\nok", 200, True),
+        (b"HTTP/1.1 503 Busy\r\nretry-after: 30\r\nContent-Length: 0\r\n\r\n", 503, True),
+    ],
+)
+def test_each_answer_is_read_whole_and_its_connection_kept_only_when_it_can_carry_the_next(
+    answer: bytes, status: int, kept: bool, sender: Sender
+) -> None:
+    server = ScriptedServer(answer)
+    try:
+        results = [sender.send(server.target(), {"X-Event": "e"}, b'{"n":1}', 2.0) for _ in range(2)]
+    finally:
+        server.close()
+    assert [r.status for r in results] == [status, status]
+    assert all(r.error is None for r in results)
+    if status == 503:
+        assert [r.retry_after for r in results] == [30, 30]
+    assert server.connections == (1 if kept else 2)
+    [request, _] = server.requests
+    assert request.startswith(b"POST /hook HTTP/1.1\r\n") and request.endswith(b'\r\n\r\n{"n":1}')
+    assert b"\r\nContent-Length: 7\r\n" in request and b"\r\nHost: hooks.test:" in request
+
+
+def test_an_answer_that_is_not_http_is_a_failed_attempt_not_an_exception(sender: Sender) -> None:
+    server = ScriptedServer(b"SSH-2.0-OpenSSH_9.2\r\n\r\n")
+    try:
+        result = sender.send(server.target(), {}, b"{}", 2.0)
+    finally:
+        server.close()
+    assert result.status is None and result.attempted
+    assert result.error is not None and "BadStatusLine" in result.error
+
+
+def test_a_header_value_that_would_split_the_request_is_never_sent(sender: Sender) -> None:
+    server = ScriptedServer(b"HTTP/1.1 204 No Content\r\n\r\n")
+    try:
+        result = sender.send(server.target(), {"X-Event": "e\r\nX-Injected: 1"}, b"{}", 2.0)
+    finally:
+        server.close()
+    assert result.status is None and result.error is not None
+    assert server.requests == []
