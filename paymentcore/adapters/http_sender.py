@@ -396,11 +396,13 @@ class _Response:
         return length <= MAX_BODY and self._fill(length, deadline) and len(self.rest) == length
 
     def _fill(self, size: int, deadline: float) -> bool:
-        """Read until ``rest`` holds at least ``size`` bytes; False at the close or past ``deadline``."""
+        """Read until ``rest`` holds at least ``size`` bytes; False at the close or past ``deadline``.
+        It reads whatever has come (the peer sends nothing past its answer: bytes beyond the body's end
+        make the connection unfit to keep, which the callers' exact checks see)."""
         while len(self.rest) < size:
             if time.monotonic() > deadline:
                 return False
-            chunk = self.sock.recv(min(size - len(self.rest), 16_384))
+            chunk = self.sock.recv(16_384)
             if not chunk:
                 return False
             self.rest += chunk

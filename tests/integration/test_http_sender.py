@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import email.utils
+import itertools
 import socket
 import ssl
 import tempfile
@@ -572,8 +573,9 @@ def test_a_delivery_that_finds_its_endpoints_connections_busy_is_not_an_attempt(
 class ScriptedServer:
     """Answers every request with the same raw bytes and counts the connections it accepted."""
 
-    def __init__(self, answer: bytes) -> None:
+    def __init__(self, answer: bytes, cuts: tuple[int, ...] = ()) -> None:
         self.answer = answer
+        self.cuts = cuts  # the answer is written in pieces cut at these offsets, a moment apart
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = int(self.listener.getsockname()[1])
         self.connections = 0
@@ -604,7 +606,11 @@ class ScriptedServer:
                     if len(data) >= head_end + 4 + length:
                         self.requests.append(data[: head_end + 4 + length])
                         data = data[head_end + 4 + length :]
-                        conn.sendall(self.answer)
+                        bounds = [0, *self.cuts, len(self.answer)]
+                        for start, end in itertools.pairwise(bounds):
+                            conn.sendall(self.answer[start:end])
+                            if end < len(self.answer):
+                                time.sleep(0.02)
                         continue
                 chunk = conn.recv(65_536)
                 if not chunk:
@@ -657,6 +663,18 @@ def test_each_answer_is_read_whole_and_its_connection_kept_only_when_it_can_carr
     [request, _] = server.requests
     assert request.startswith(b"POST /hook HTTP/1.1\r\n") and request.endswith(b'\r\n\r\n{"n":1}')
     assert b"\r\nContent-Length: 7\r\n" in request and b"\r\nHost: hooks.test:" in request
+
+
+def test_an_answer_arriving_in_pieces_is_read_whole_and_its_connection_kept(sender: Sender) -> None:
+    answer = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n"
+    # cut inside the head, inside a chunk's size line, inside its data and before the last chunk
+    server = ScriptedServer(answer, cuts=(10, 48, 51, 56))
+    try:
+        results = [sender.send(server.target(), {}, b"{}", 2.0) for _ in range(2)]
+    finally:
+        server.close()
+    assert [r.status for r in results] == [200, 200] and all(r.error is None for r in results)
+    assert server.connections == 1
 
 
 def test_an_answer_that_is_not_http_is_a_failed_attempt_not_an_exception(sender: Sender) -> None:
