@@ -139,32 +139,62 @@ class _Hit:
     error: BaseException | None = None
 
 
+@attrs.define
+class _Span:
+    """The hits of a key's buckets from one start on, and the oldest of those buckets' starts."""
+
+    hits: int
+    oldest: int | None
+
+
 class _BatchCounts:
     """The counters of a batch's keys, read once when the batch's transaction begins and kept in
     memory while its hits are counted one after another; :meth:`write` then adds each bucket's new
     hits in one statement. Exact, because the book's transaction holds the keys' counters throughout.
+
+    A window's sum is made once per key, width and first bucket, then kept up to date as hits are
+    added: a hit costs the same however many buckets its windows hold (summing them again for each
+    hit of a busy key cost more than the count's transaction).
     """
 
     def __init__(self, store: RateRepository, batch: list[_Hit]) -> None:
         self._store = store
         self._known: dict[tuple[str, int], dict[int, int]] = {}
+        self._spans: dict[tuple[str, int], dict[int, _Span]] = {}  # (key, width) -> since -> its sum
         self._added: dict[tuple[str, int, int], int] = {}
         # every key's buckets in one read (holding every key's counters), from the batch's earliest
-        # hit: a few more buckets than a later hit's windows hold, which buckets() leaves out
+        # hit: a few more buckets than a later hit's windows hold, which window() leaves out
         keys = sorted({hit.key.id for hit in batch})
         earliest = min((hit.now for hit in batch), default=0)
         windows = [(MINUTE.width, MINUTE.since(earliest)), (HOUR.width, HOUR.since(earliest))]
         for key_id, spans in (store.spans(keys, windows) if keys else {}).items():
             for window, rows in zip((MINUTE, HOUR), spans, strict=True):
                 self._known[(key_id, window.width)] = dict(rows)
+                self._spans[(key_id, window.width)] = {}
 
     def buckets(self, key_id: str, width: int, since: int) -> list[tuple[int, int]]:
         counts = self._known[(key_id, width)]
         return sorted((start, hits) for start, hits in counts.items() if start >= since)
 
+    def window(self, key_id: str, window: Window, now: int) -> _Span:
+        """The hits of the key's buckets inside ``window`` at ``now``, and the oldest bucket's start."""
+        since = window.since(now)
+        spans = self._spans[(key_id, window.width)]
+        span = spans.get(since)
+        if span is None:
+            counts = self._known[(key_id, window.width)]
+            starts = [start for start in counts if start >= since]
+            span = spans[since] = _Span(sum(counts[start] for start in starts), min(starts, default=None))
+        return span
+
     def add(self, key_id: str, width: int, start: int, hits: int = 1) -> None:
         counts = self._known[(key_id, width)]
         counts[start] = counts.get(start, 0) + hits
+        for since, span in self._spans[(key_id, width)].items():
+            if start >= since:
+                span.hits += hits
+                if span.oldest is None or start < span.oldest:
+                    span.oldest = start
         place = (key_id, width, start)
         self._added[place] = self._added.get(place, 0) + hits
 
@@ -240,19 +270,20 @@ class RateLimiter:
 
     def count(self, counts: _BatchCounts, key: ApiKey, now: int) -> RateState:
         """Count one request of ``key`` at ``now`` in the batch's counters, or raise RATE_LIMITED."""
-        minute = counts.buckets(key.id, MINUTE.width, MINUTE.since(now))
-        hour = counts.buckets(key.id, HOUR.width, HOUR.since(now))
-        for window, buckets, ceiling in ((MINUTE, minute, key.per_minute), (HOUR, hour, key.per_hour)):
-            if sum(hits for _, hits in buckets) >= ceiling:
+        minute = counts.window(key.id, MINUTE, now)
+        hour = counts.window(key.id, HOUR, now)
+        for window, span, ceiling in ((MINUTE, minute, key.per_minute), (HOUR, hour, key.per_hour)):
+            if span.hits >= ceiling:
+                buckets = counts.buckets(key.id, window.width, window.since(now))
                 raise RateLimitedError(
                     f"Rate limit of {ceiling} requests per {window.name} exceeded for this API key.",
                     retry_after=retry_after(window, buckets, ceiling, now),
                     limit=ceiling,
                 )
+        used = minute.hits + 1
+        oldest = minute.oldest if minute.oldest is not None else MINUTE.start_of(now)
         for window in (MINUTE, HOUR):
             counts.add(key.id, window.width, window.start_of(now))
-        used = sum(hits for _, hits in minute) + 1
-        oldest = minute[0][0] if minute else MINUTE.start_of(now)
         return RateState(
             limit=key.per_minute,
             remaining=max(0, key.per_minute - used),

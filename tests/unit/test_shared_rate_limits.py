@@ -6,9 +6,12 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from paymentcore import FakeClock, PaymentCore
-from paymentcore._services.access import HOUR, MINUTE, RateLimiter, retry_after
+from paymentcore._domain.models import ApiKey
+from paymentcore._services.access import HOUR, MINUTE, RateLimiter, _Hit, retry_after
 from paymentcore.errors import RateLimitedError
 
 
@@ -59,3 +62,87 @@ def test_the_memory_store_counts_a_sliding_minute_per_key() -> None:
     with core.store.transaction() as tx:
         assert tx.rates.purge(clock.now() - HOUR.length) == 4  # two buckets a window, two moments
     assert limiter.hit(key, clock.now()).remaining == 2
+
+
+#: a hit's moment after its batch's start (ms): the same bucket, the next, and a minute on
+OFFSETS = [0, 1, 999, 1_000, 2_500, 59_000, 60_000]
+
+
+def _one_at_a_time(
+    keys: list[ApiKey], batches: list[list[tuple[int, int]]]
+) -> list[list[tuple[int, int, int] | int]]:
+    """What counting each hit alone gives, in the limiter's order within a batch (keys in order, each
+    key's hits in arrival order): (limit, remaining, reset seconds), or the retry-after of a refusal."""
+    buckets: dict[tuple[str, int, int], int] = {}
+    answers: list[list[tuple[int, int, int] | int]] = []
+    for batch in batches:
+        answered: dict[int, tuple[int, int, int] | int] = {}
+        for place, (which, now) in sorted(enumerate(batch), key=lambda item: keys[item[1][0]].id):
+            key = keys[which]
+            held = {
+                window: sorted(
+                    (start, hits)
+                    for (key_id, width, start), hits in buckets.items()
+                    if key_id == key.id and width == window.width and start >= window.since(now)
+                )
+                for window in (MINUTE, HOUR)
+            }
+            ceilings = {MINUTE: key.per_minute, HOUR: key.per_hour}
+            full = [w for w in (MINUTE, HOUR) if sum(h for _, h in held[w]) >= ceilings[w]]
+            if full:
+                answered[place] = retry_after(full[0], held[full[0]], ceilings[full[0]], now)
+                continue
+            for window in (MINUTE, HOUR):
+                bucket = (key.id, window.width, window.start_of(now))
+                buckets[bucket] = buckets.get(bucket, 0) + 1
+            used = sum(h for _, h in held[MINUTE]) + 1
+            oldest = held[MINUTE][0][0] if held[MINUTE] else MINUTE.start_of(now)
+            reset = max(1, -(-(MINUTE.leaves_at(oldest) - now) // 1000))
+            answered[place] = (key.per_minute, max(0, key.per_minute - used), reset)
+        answers.append([answered[place] for place in range(len(batch))])
+    return answers
+
+
+@given(
+    st.lists(st.tuples(st.integers(1, 6), st.integers(2, 12)), min_size=1, max_size=3),
+    st.lists(
+        st.lists(st.tuples(st.integers(0, 2), st.sampled_from(OFFSETS)), max_size=12),
+        min_size=1,
+        max_size=8,
+    ),
+    st.lists(st.integers(0, 40_000), min_size=8, max_size=8),
+)
+@settings(max_examples=150, deadline=None)
+def test_hits_counted_together_answer_as_each_counted_alone(
+    ceilings: list[tuple[int, int]], batches: list[list[tuple[int, int]]], gaps: list[int]
+) -> None:
+    """A batch's hits (several keys, moments up to a minute apart, so their windows begin at different
+    buckets) are each allowed or refused, with the same remaining count, reset and retry-after, as when
+    they are counted one at a time; the sums the batch keeps as it adds are the buckets' sums."""
+    core = PaymentCore.memory(clock=FakeClock())
+    merchant = core.operator.create_merchant("Shop")
+    keys = [
+        core.operator.create_key(merchant.id, ["collect"], per_minute=m, per_hour=m + h).key
+        for m, h in ceilings
+    ]
+    batches = [[(which % len(keys), offset) for which, offset in batch] for batch in batches]
+    limiter = RateLimiter(core.store)  # _count_all: the batch as hits queued by several threads would be
+    start = 1_800_000_000_000
+    timed: list[list[tuple[int, int]]] = []
+    for batch, gap in zip(batches, gaps, strict=False):
+        start += gap
+        timed.append([(which, start + offset) for which, offset in batch])
+    got: list[list[tuple[int, int, int] | int]] = []
+    for batch in timed:
+        answers: list[tuple[int, int, int] | int] = []
+        hits = [_Hit(keys[which], now) for which, now in batch]
+        limiter._count_all(hits)
+        for hit in hits:
+            if hit.error is not None:
+                assert isinstance(hit.error, RateLimitedError)
+                answers.append(hit.error.retry_after)
+            else:
+                assert hit.state is not None
+                answers.append((hit.state.limit, hit.state.remaining, hit.state.reset_seconds))
+        got.append(answers)
+    assert got == _one_at_a_time(keys, timed)
