@@ -56,6 +56,7 @@ __all__ = [
     "WebhookSettings",
     "collection_from",
     "converter",
+    "converts_on_settling",
     "dump_batch",
     "from_ms",
     "load_batch",
@@ -153,6 +154,14 @@ def is_payable(collection: models.Collection, now: int) -> bool:
     )
 
 
+def converts_on_settling(collection: models.Collection) -> bool:
+    """Whether the collection's public amount is its requested amount in the merchant's settlement
+    currency (a legacy payment not yet settled), so that :func:`collection_from` needs that currency."""
+    return collection.kind is CollectionKind.LEGACY and (
+        collection.settled_amount is None or collection.settled_currency is None
+    )
+
+
 def collection_from(
     collection: models.Collection,
     *,
@@ -161,10 +170,9 @@ def collection_from(
     public_url: str,
     now: int,
 ) -> Collection:
-    legacy = collection.kind is CollectionKind.LEGACY
     if collection.settled_amount is not None and collection.settled_currency is not None:
         value, currency = collection.settled_amount, collection.settled_currency
-    elif legacy and collection.requested_currency != settlement_currency:
+    elif converts_on_settling(collection) and collection.requested_currency != settlement_currency:
         source = catalogue.currencies[collection.requested_currency]
         target = catalogue.currencies[settlement_currency]
         rate = catalogue.rates.rate(source.code, target.code)

@@ -54,7 +54,15 @@ from paymentcore._domain.pages import (
     unknown_cursor,
 )
 from paymentcore._domain.queries import collection_lane
-from paymentcore._domain.records import Collection, Page, collection_from, dump, is_payable, load
+from paymentcore._domain.records import (
+    Collection,
+    Page,
+    collection_from,
+    converts_on_settling,
+    dump,
+    is_payable,
+    load,
+)
 from paymentcore._services import ledger as ledger
 from paymentcore._services.deps import Deps, require_merchant
 from paymentcore._services.idempotency import Answer, Idempotency, check_key
@@ -319,7 +327,8 @@ class Collect:
             collection = tx.collections.get(reference)
             if collection is None or collection.merchant_id != merchant_id:
                 raise NotFoundError("No such collection on this account.")
-            merchant = require_merchant(tx, merchant_id)
+            # the merchant's settlement currency shows only in a legacy payment not yet settled
+            merchant = require_merchant(tx, merchant_id) if converts_on_settling(collection) else None
         return self._public(collection, merchant, self._deps.clock.now())
 
     def list(
@@ -354,11 +363,14 @@ class Collect:
         now = self._deps.clock.now()
         return page_of(rows, limit, lambda row: self._public(row, merchant, now))
 
-    def _public(self, collection: models.Collection, merchant: Merchant, now: int) -> Collection:
+    def _public(self, collection: models.Collection, merchant: Merchant | None, now: int) -> Collection:
+        """``merchant``: None only where :func:`converts_on_settling` says its currency is not shown."""
         return collection_from(
             collection,
             catalogue=self._deps.catalogue,
-            settlement_currency=merchant.settlement_currency,
+            settlement_currency=(
+                merchant.settlement_currency if merchant is not None else collection.requested_currency
+            ),
             public_url=self._deps.config.public_url,
             now=now,
         )
