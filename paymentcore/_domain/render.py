@@ -17,7 +17,7 @@ from paymentcore._domain.records import PayoutBatch
 def iso(ms: int) -> str:
     """ISO 8601 UTC with milliseconds: 2026-01-01T00:00:00.000Z."""
     moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+    return f"{moment.replace(tzinfo=None).isoformat(timespec='seconds')}.{ms % 1000:03d}Z"
 
 
 def _units(catalogue: Catalogue, minor: int, currency: str) -> Decimal:

@@ -1,59 +1,84 @@
-"""JSON on the wire with exact numbers: Decimal is written as a JSON number, never through float."""
+"""JSON on the wire with exact numbers: Decimal is written as a JSON number, never through float.
+
+The standard library's C encoder cannot write a Decimal as a number, so the documents are written here:
+each value's JSON text is found by its exact type (one lookup for the built-in types that make up every
+document the API writes), strings are quoted by the C function ``json.dumps`` itself uses, and an object's
+keys, which are the same few dozen field names over and over, are quoted once and kept.
+"""
 
 from __future__ import annotations
 
-import json
 from decimal import Decimal
+from json.encoder import encode_basestring as _quote
 from typing import Any
 
 from paymentcore._domain.money import parse_json
 
 __all__ = ["dumps", "loads"]
 
-_encode_string = json.JSONEncoder(ensure_ascii=False).encode
+_HEADS_KEPT = 4096  # quoted keys kept at most (a document's keys can come from a merchant: bounded)
+_heads: dict[str, str] = {}
 
 
-def _write(value: Any, out: list[str]) -> None:
+def _decimal(value: Decimal) -> str:
+    if not value.is_finite():
+        raise ValueError("non-finite Decimal cannot be written as JSON")
+    return format(value, "f")
+
+
+def _head(key: Any) -> str:
+    """``"key":``, the key written as JSON text (``str(key)`` for a key that is not a string)."""
+    head = _heads.get(key) if type(key) is str else None
+    if head is None:
+        head = _quote(key if type(key) is str else str(key)) + ":"
+        if type(key) is str and len(_heads) < _HEADS_KEPT:
+            _heads[key] = head
+    return head
+
+
+def _text(value: Any) -> str:
+    kind = type(value)
+    if kind is str:
+        return _quote(value)
     if value is None:
-        out.append("null")
-    elif value is True:
-        out.append("true")
-    elif value is False:
-        out.append("false")
-    elif isinstance(value, str):
-        out.append(_encode_string(value))
-    elif isinstance(value, int):
-        out.append(str(value))
-    elif isinstance(value, Decimal):
-        if not value.is_finite():
-            raise ValueError("non-finite Decimal cannot be written as JSON")
-        out.append(format(value, "f"))
-    elif isinstance(value, dict):
-        out.append("{")
-        for i, (key, item) in enumerate(value.items()):
-            if i:
-                out.append(",")
-            out.append(_encode_string(str(key)))
-            out.append(":")
-            _write(item, out)
-        out.append("}")
-    elif isinstance(value, list | tuple):
-        out.append("[")
-        for i, item in enumerate(value):
-            if i:
-                out.append(",")
-            _write(item, out)
-        out.append("]")
-    elif isinstance(value, float):
+        return "null"
+    if kind is int:
+        return int.__repr__(value)
+    if kind is Decimal:
+        return _decimal(value)
+    if kind is bool:
+        return "true" if value else "false"
+    if kind is dict:
+        return "{" + ",".join([_head(key) + _text(item) for key, item in value.items()]) + "}"
+    if kind is list or kind is tuple:
+        return "[" + ",".join([_text(item) for item in value]) + "]"
+    return _subclassed(value)
+
+
+def _subclassed(value: Any) -> str:
+    """The JSON text of a value of a subclass of the types above (an enum's member, an ``IntEnum``...),
+    as ``isinstance`` decides, a bool before an int and an int or a str before an enum."""
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, str):
+        return _quote(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, Decimal):
+        return _decimal(value)
+    if isinstance(value, dict):
+        return "{" + ",".join([_head(key) + _text(item) for key, item in value.items()]) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join([_text(item) for item in value]) + "]"
+    if isinstance(value, float):
         raise TypeError("floats are never written as money; use Decimal")
-    else:
-        raise TypeError(f"cannot write {type(value).__name__} as JSON")
+    raise TypeError(f"cannot write {type(value).__name__} as JSON")
 
 
 def dumps(value: Any) -> str:
-    out: list[str] = []
-    _write(value, out)
-    return "".join(out)
+    return _text(value)
 
 
 def loads(text: str | bytes) -> Any:
