@@ -14,6 +14,7 @@ posts or releases it, and every later attempt is refused.
 from __future__ import annotations
 
 import builtins
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
@@ -95,6 +96,8 @@ from paymentcore._services.idempotency import Answer, Idempotency, check_key
 from paymentcore._services.work import LANE_DEPTH, Due, Runner
 from paymentcore.ports import NetworkError, NetworkOutcome, PayoutRequest, PayoutResult, Transaction
 
+log = logging.getLogger("paymentcore.worker")
+
 #: the most items a bulk request may hold
 MAX_BATCH_ITEMS = 1000
 
@@ -114,10 +117,13 @@ class _Checked:
 
 @attrs.frozen
 class _NetworkAnswer:
-    """What the network said to a hand-over (``handed_over``) or to a status check."""
+    """What the network said to a hand-over (``handed_over``) or to a status check. After a hand-over
+    the network took, also what it said when asked at once for the payout's status (``status``; None
+    when it could not be asked): both are written in one transaction."""
 
     handed_over: bool
     result: PayoutResult
+    status: PayoutResult | None = None
 
 
 class Disburse:
@@ -758,20 +764,34 @@ class Disburse:
         return payout
 
     def act(self, claim: models.Payout, now: int) -> _NetworkAnswer | None:
-        """Hand a PENDING payout over, or ask about a SENT one (never both in one step)."""
+        """Hand a PENDING payout over and, when the network takes it, ask for its status at once; or ask
+        about a SENT one."""
         network = self._deps.network
         request = _request_of(claim)
         try:
-            if claim.status is PayoutStatus.PENDING:
-                return _NetworkAnswer(handed_over=True, result=network.send_payout(request))
-            return _NetworkAnswer(handed_over=False, result=network.payout_status(request, now))
+            if claim.status is not PayoutStatus.PENDING:
+                return _NetworkAnswer(handed_over=False, result=network.payout_status(request, now))
+            sent = network.send_payout(request)
         except NetworkError:
             return None  # the lease runs out and a worker tries again, with the same reference
+        if sent.outcome is NetworkOutcome.FAILED:
+            return _NetworkAnswer(handed_over=True, result=sent)
+        try:  # what the step after the hand-over would ask, asked before it is written (one write)
+            status: PayoutResult | None = network.payout_status(request, self._deps.clock.now())
+        except Exception as error:  # nothing of it may cost the hand-over: written, asked again next step
+            if not isinstance(error, NetworkError):
+                log.exception("payout %s: the status check after its hand-over failed", claim.reference)
+            status = None
+        return _NetworkAnswer(handed_over=True, result=sent, status=status)
 
     def record(self, tx: Transaction, claim: models.Payout, outcome: _NetworkAnswer, now: int) -> bool:
-        if outcome.handed_over:
-            return self._after_send(tx, claim.reference, outcome.result, now)
-        self._after_check(tx, claim.reference, outcome.result, now)
+        if not outcome.handed_over:
+            self._after_check(tx, claim.reference, outcome.result, now)
+            return False
+        accepted = self._after_send(tx, claim.reference, outcome.result, now)
+        if not accepted or outcome.status is None:
+            return accepted  # taken and not asked about yet: asked in the next step
+        self._after_check(tx, claim.reference, outcome.status, now)
         return False
 
     def _after_send(self, tx: Transaction, reference: str, result: PayoutResult, now: int) -> bool:

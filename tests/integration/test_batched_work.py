@@ -18,8 +18,10 @@ from typing import Any
 import pytest
 
 from paymentcore import FakeClock, PaymentCore
+from paymentcore._domain.event_types import EventType
 from paymentcore._domain.models import PayoutStatus
 from paymentcore._services.ledger import check_invariant
+from paymentcore.ports import NetworkError, NetworkOutcome, PayoutResult
 from paymentcore.testing import fund
 
 from conftest import STORE_KINDS, make_core  # type: ignore[import-not-found, unused-ignore]
@@ -103,18 +105,12 @@ def test_a_batch_is_claimed_in_one_transaction_and_its_outcomes_recorded_in_one(
     assert runner.claim_many(due) == []  # claimed items are no longer anyone's to take
     assert _in_flight(core) == PAYOUTS  # each claim holds its lease, written with the batch
 
+    # each hand-over with the status asked at once (the sandbox answers at once): one write for both
     sent = [(one, outcome) for one in claimed if (outcome := runner.act(one)) is not None]
     before = counted.count
-    checks = runner.record_many(sent)  # every hand-over written, every status check claimed with it
+    assert runner.record_many(sent) == []  # nothing left to ask: no next step claimed
     assert counted.since(before) == 1
-    assert len(checks) == PAYOUTS and all(one.step == 2 for one in checks)
-    assert _in_flight(core) == PAYOUTS  # the step's lease dropped, the next step's taken: one each
-
-    answers = [(one, outcome) for one in checks if (outcome := runner.act(one)) is not None]
-    before = counted.count
-    assert runner.record_many(answers) == []
-    assert counted.since(before) == 1
-    assert _in_flight(core) == 0
+    assert _in_flight(core) == 0  # every lease dropped
     assert {core.disburse.get(merchant_id, ref).status for ref in references} == {PayoutStatus.PAID}
     _check_money(core, merchant_id, PAYOUTS)
 
@@ -135,11 +131,10 @@ def test_an_outcome_that_cannot_be_written_holds_back_no_other(
     monkeypatch.setattr(core.disburse, "record", failing)
     claimed = runner.claim_many(runner.due(100))
     sent = [(one, outcome) for one in claimed if (outcome := runner.act(one)) is not None]
-    checks = runner.record_many(sent)  # the batch fails, then is written item by item
-    assert sorted(one.item.key for one in checks) == sorted(set(references) - {bad})
+    assert runner.record_many(sent) == []  # the batch fails, then is written item by item
     statuses = {ref: core.disburse.get(merchant_id, ref).status for ref in references}
     assert statuses[bad] is PayoutStatus.PENDING  # its hand-over is not written: it stays due
-    assert {statuses[ref] for ref in references if ref != bad} == {PayoutStatus.SENT}
+    assert {statuses[ref] for ref in references if ref != bad} == {PayoutStatus.PAID}
 
     with pytest.raises(RuntimeError):  # a tick's caller sees the error; nothing is swallowed
         runner.record_many([done for done in sent if done[0].item.key == bad], isolate=False)
@@ -156,8 +151,8 @@ def test_an_outcome_that_cannot_be_written_holds_back_no_other(
 def test_the_running_worker_uses_fewer_transactions_than_payouts(
     kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # one at a time, a payout cost three write transactions in the background (claim, hand-over with
-    # the status check's claim, the answer); batched, many payouts share each of them
+    # one at a time, a payout costs two write transactions in the background (its claim, then its
+    # hand-over written with the status the network gave at once); batched, many payouts share each
     core = make_core(kind, tmp_path, FakeClock(1_767_225_600_000))
     try:
         merchant_id, references = _payouts(core, 120)
@@ -172,9 +167,9 @@ def test_the_running_worker_uses_fewer_transactions_than_payouts(
             time.sleep(0.05)
         core.stop_worker()
         assert {core.disburse.get(merchant_id, ref).status for ref in references} == {PayoutStatus.PAID}
-        # one at a time it was 3 x 120; how far below depends on the machine's timing (the first round
+        # one at a time it is 2 x 120; how far below depends on the machine's timing (the first round
         # alone claims a lane's 16 items in one transaction), so the bound is loose
-        assert counted.count < 3 * len(references), counted.count
+        assert counted.count < 2 * len(references), counted.count
         _check_money(core, merchant_id, 120)
     finally:
         core.close()
@@ -192,10 +187,85 @@ def test_a_batch_of_several_merchants_items_is_one_transaction(
     claimed = runner.claim_many(due)
     assert counted.count == 1 and len(claimed) == 12
     sent = [(one, outcome) for one in claimed if (outcome := runner.act(one)) is not None]
-    checks = runner.record_many(sent)
-    answers = [(one, outcome) for one in checks if (outcome := runner.act(one)) is not None]
-    assert runner.record_many(answers) == []
-    assert counted.count == 3
+    assert runner.record_many(sent) == []
+    assert counted.count == 2
     for merchant_id, references in made:
         assert {core.disburse.get(merchant_id, ref).status for ref in references} == {PayoutStatus.PAID}
         _check_money(core, merchant_id, 4)
+
+
+class _Asked:
+    """The sandbox, with each status check counted and, while ``down``, refused as unreachable."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.checks = 0
+        self.down = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def payout_status(self, request: Any, now: int) -> Any:
+        self.checks += 1
+        if self.down:
+            raise NetworkError("injected: the status check did not answer")
+        return self.inner.payout_status(request, now)
+
+
+def test_a_hand_over_is_written_with_the_status_asked_at_once_or_asked_again_in_a_step_of_its_own(
+    core: PaymentCore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The network takes the payout: its status is asked at once and both answers are written in one
+    transaction, SENT then PAID, each with its event. When that check cannot be made, the hand-over is
+    written alone (SENT, the network's reference kept) and the status is asked in the next step."""
+    asked = _Asked(core.deps.network)
+    monkeypatch.setattr(core.deps, "network", asked)
+    merchant_id, [first, second] = _payouts(core, 2)
+    runner = core.disburse.runner
+    counted = Transactions(core, monkeypatch)
+
+    [one] = runner.claim_many([item for item in runner.due(10) if item.key == first])
+    outcome = runner.act(one)
+    assert outcome is not None and asked.checks == 1
+    before = counted.count
+    assert runner.record_many([(one, outcome)]) == []
+    assert counted.since(before) == 1
+    assert core.disburse.get(merchant_id, first).status is PayoutStatus.PAID
+    with core.store.read() as tx:
+        events = [event for event in tx.outbox.list(merchant_id) if event.data["reference"] == first]
+    assert [event.type for event in events] == [EventType.DISBURSE_SENT, EventType.DISBURSE_SUCCEEDED]
+
+    asked.down = True
+    [two] = runner.claim_many([item for item in runner.due(10) if item.key == second])
+    outcome = runner.act(two)
+    assert outcome is not None and asked.checks == 2  # handed over, not answered
+    [again] = runner.record_many([(two, outcome)])  # written as handed over, its check claimed with it
+    assert again.step == 2
+    sent = core.disburse.get(merchant_id, second)
+    assert sent.status is PayoutStatus.SENT and sent.provider_reference
+    asked.down = False
+    answer = runner.act(again)
+    assert answer is not None and asked.checks == 3
+    assert runner.record_many([(again, answer)]) == []
+    assert core.disburse.get(merchant_id, second).status is PayoutStatus.PAID
+    assert _in_flight(core) == 0
+    _check_money(core, merchant_id, 2)
+
+
+def test_a_hand_over_the_network_refuses_is_not_asked_about(
+    core: PaymentCore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked = _Asked(core.deps.network)
+    monkeypatch.setattr(core.deps, "network", asked)
+    monkeypatch.setattr(
+        asked.inner,
+        "send_payout",
+        lambda request: PayoutResult(NetworkOutcome.FAILED, reason="injected: refused"),
+    )
+    merchant_id, [reference] = _payouts(core, 1)
+    runner = core.disburse.runner
+    [one] = runner.claim_many(runner.due(10))
+    outcome = runner.act(one)
+    assert outcome is not None and asked.checks == 0
+    assert runner.record_many([(one, outcome)]) == []
+    assert core.disburse.get(merchant_id, reference).status is PayoutStatus.FAILED
