@@ -16,7 +16,8 @@ from paymentcore._domain.money import parse_json
 
 __all__ = ["dumps", "loads"]
 
-_HEADS_KEPT = 4096  # quoted keys kept at most (a document's keys can come from a merchant: bounded)
+_HEADS_KEPT = 4096  # quoted keys kept at most (a document's keys can come from a merchant: bounded),
+_HEAD_KEPT_LENGTH = 64  # each of at most this many characters (field names, not one-off data)
 _heads: dict[str, str] = {}
 
 
@@ -31,7 +32,7 @@ def _head(key: Any) -> str:
     head = _heads.get(key) if type(key) is str else None
     if head is None:
         head = _quote(key if type(key) is str else str(key)) + ":"
-        if type(key) is str and len(_heads) < _HEADS_KEPT:
+        if type(key) is str and len(key) <= _HEAD_KEPT_LENGTH and len(_heads) < _HEADS_KEPT:
             _heads[key] = head
     return head
 
@@ -48,15 +49,21 @@ def _text(value: Any) -> str:
         return _decimal(value)
     if kind is bool:
         return "true" if value else "false"
-    if kind is dict:
-        return "{" + ",".join([_head(key) + _text(item) for key, item in value.items()]) + "}"
-    if kind is list or kind is tuple:
-        return "[" + ",".join([_text(item) for item in value]) + "]"
+    if kind is dict or isinstance(value, dict):
+        parts: list[str] = []  # loops, not comprehensions: on Python 3.11 a comprehension is a frame
+        for key, item in value.items():  # more a level, halving the nesting a document may have
+            parts.append(_head(key) + _text(item))
+        return "{" + ",".join(parts) + "}"
+    if kind is list or kind is tuple or isinstance(value, list | tuple):
+        parts = []
+        for item in value:
+            parts.append(_text(item))
+        return "[" + ",".join(parts) + "]"
     return _subclassed(value)
 
 
 def _subclassed(value: Any) -> str:
-    """The JSON text of a value of a subclass of the types above (an enum's member, an ``IntEnum``...),
+    """The JSON text of a leaf of a subclass of the types above (an enum's member, an ``IntEnum``...),
     as ``isinstance`` decides, a bool before an int and an int or a str before an enum."""
     if value is True:
         return "true"
@@ -68,10 +75,6 @@ def _subclassed(value: Any) -> str:
         return str(value)
     if isinstance(value, Decimal):
         return _decimal(value)
-    if isinstance(value, dict):
-        return "{" + ",".join([_head(key) + _text(item) for key, item in value.items()]) + "}"
-    if isinstance(value, list | tuple):
-        return "[" + ",".join([_text(item) for item in value]) + "]"
     if isinstance(value, float):
         raise TypeError("floats are never written as money; use Decimal")
     raise TypeError(f"cannot write {type(value).__name__} as JSON")

@@ -365,6 +365,7 @@ class Collect:
 
     def _public(self, collection: models.Collection, merchant: Merchant | None, now: int) -> Collection:
         """``merchant``: None only where :func:`converts_on_settling` says its currency is not shown."""
+        assert merchant is not None or not converts_on_settling(collection)
         return collection_from(
             collection,
             catalogue=self._deps.catalogue,

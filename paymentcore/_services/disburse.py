@@ -119,7 +119,7 @@ class _Checked:
 class _NetworkAnswer:
     """What the network said to a hand-over (``handed_over``) or to a status check. After a hand-over
     the network took, also what it said when asked at once for the payout's status (``status``; None
-    when it could not be asked): both are written in one transaction."""
+    when that check failed: asked again at the next poll): both are written in one transaction."""
 
     handed_over: bool
     result: PayoutResult
@@ -778,31 +778,37 @@ class Disburse:
             return _NetworkAnswer(handed_over=True, result=sent)
         try:  # what the step after the hand-over would ask, asked before it is written (one write)
             status: PayoutResult | None = network.payout_status(request, self._deps.clock.now())
-        except Exception as error:  # nothing of it may cost the hand-over: written, asked again next step
+        except Exception as error:  # nothing of it may cost the hand-over: written, asked at the next poll
             if not isinstance(error, NetworkError):
                 log.exception("payout %s: the status check after its hand-over failed", claim.reference)
             status = None
         return _NetworkAnswer(handed_over=True, result=sent, status=status)
 
     def record(self, tx: Transaction, claim: models.Payout, outcome: _NetworkAnswer, now: int) -> bool:
+        """Write what the network said; never a next step at once: a status check that failed right
+        after the hand-over is made again at the next poll, as any status check that fails."""
         if not outcome.handed_over:
             self._after_check(tx, claim.reference, outcome.result, now)
-            return False
-        accepted = self._after_send(tx, claim.reference, outcome.result, now)
-        if not accepted or outcome.status is None:
-            return accepted  # taken and not asked about yet: asked in the next step
-        self._after_check(tx, claim.reference, outcome.status, now)
+        elif outcome.status is None:  # refused, or taken and its status not learnt
+            self._after_send(tx, claim.reference, outcome.result, now, check_at=now + self._poll_ms())
+        elif self._after_send(tx, claim.reference, outcome.result, now, check_at=now):
+            self._after_check(tx, claim.reference, outcome.status, now)
         return False
 
-    def _after_send(self, tx: Transaction, reference: str, result: PayoutResult, now: int) -> bool:
-        """Record the hand-over; True when accepted (SENT), so that its status is asked at once."""
+    def _poll_ms(self) -> int:
+        return int(self._deps.config.poll_interval_seconds * 1000)
+
+    def _after_send(
+        self, tx: Transaction, reference: str, result: PayoutResult, now: int, *, check_at: int
+    ) -> bool:
+        """Record the hand-over (SENT, its status asked at ``check_at``); True when the network took it."""
         payout = self._require(tx, reference)
         if payout.status is not PayoutStatus.PENDING:
             return False
         if result.outcome is NetworkOutcome.FAILED:
             self._fail(tx, payout, result.reason or "The network refused the payout.", now)
             return False
-        sent = payout.mark_sent(now, provider_reference=result.provider_reference, next_check_at=now)
+        sent = payout.mark_sent(now, provider_reference=result.provider_reference, next_check_at=check_at)
         tx.payouts.update(sent)
         self._tell(sent.status)
         self._emit(tx, sent, EventType.DISBURSE_SENT, now)
@@ -819,7 +825,7 @@ class Disburse:
         elif result.outcome is NetworkOutcome.FAILED:
             self._fail(tx, payout, result.reason or "The network did not complete the payout.", now)
         else:
-            next_at = now + int(self._deps.config.poll_interval_seconds * 1000)
+            next_at = now + self._poll_ms()
             tx.payouts.update(attrs.evolve(payout, next_check_at=next_at))
 
     # --- shared steps ----------------------------------------------------------------------------
