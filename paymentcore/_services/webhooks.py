@@ -121,6 +121,8 @@ class _Sent:
 
 #: how many endpoints' decrypted signing secrets a worker keeps (each delivery is signed with one)
 KEPT_SECRETS = 1024
+#: how many checked delivery targets of webhook URLs whose host is an address a worker keeps
+KEPT_TARGETS = 1024
 
 
 class Webhooks:
@@ -420,7 +422,7 @@ class Webhooks:
 
         target = check_webhook_url(url, resolver=resolve, allow_private=allow_private)
         if not named:
-            if len(self._targets) >= KEPT_SECRETS:
+            if len(self._targets) >= KEPT_TARGETS:
                 self._targets.clear()
             self._targets[(url, allow_private)] = target
         return target

@@ -91,8 +91,9 @@ class Task(Protocol[ClaimT, OutcomeT]):
     def record(self, tx: Transaction, claim: ClaimT, outcome: OutcomeT, now: int) -> bool:
         """Inside a write transaction: write the outcome (state change, ledger, outbox).
 
-        True when the item has a next step to take at once (a payout just handed over is asked for its
-        status): the runner claims it again. Each step's outcome is written before the next one runs.
+        True when the item has a next step to take at once (a collection whose prompt just went out is
+        asked for its status): the runner claims it again. Each step's outcome is written before the
+        next one runs.
         """
         ...
 
@@ -642,7 +643,7 @@ class Pump:
             for claimed, _ in batch:
                 if claimed.item.key not in going:
                     self._finish(claimed.item)
-            for one in again:  # a next step (a payout just handed over is asked for its status)
+            for one in again:  # a next step (a collection whose prompt went out: its status is asked)
                 pool = self._pool
                 try:
                     if pool is None:

@@ -342,7 +342,6 @@ _AUDIT = Codec.of(StoredAuditEntry, "audit_log", ("id",))
 _BALANCE_COLUMNS = ", ".join(_BALANCES.columns)
 
 Condition = tuple[str, tuple[Any, ...]]
-_R = typing.TypeVar("_R")
 Conditions = Sequence[Condition]
 
 
@@ -1384,6 +1383,9 @@ class _Audit(_Repository):
     ) -> builtins.list[StoredAuditEntry] | None:
         conditions = _equal({"subject": subject})
         return self._rows.listing(_AUDIT, key="id", after=after, filters=conditions, limit=limit, at="at")
+
+
+_R = typing.TypeVar("_R")
 
 
 class _Made(typing.Generic[_R]):
