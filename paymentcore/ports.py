@@ -52,6 +52,7 @@ __all__ = [
     "DeliveryResult",
     "DeliveryTarget",
     "ExchangeRates",
+    "GlancingStore",
     "IdempotencyRepository",
     "KeyLookup",
     "KeyRepository",
@@ -730,6 +731,17 @@ class Store(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class GlancingStore(Store, Protocol):
+    """A store whose reads of independent facts need no snapshot of their own (PostgreSQL's)."""
+
+    def glance(self) -> AbstractContextManager[UnitOfWork]:
+        """A read whose statements need not agree with each other: each sees the database as of its own
+        start. On PostgreSQL it opens no transaction, so a lookup of one statement (an API key with its
+        merchant, a payout by reference) costs one round trip, not a BEGIN and a ROLLBACK besides.
+        Writing through it is a programming error, as through :meth:`Store.read`."""
+        ...
 
 
 class PartitionedStore(Store, Protocol):

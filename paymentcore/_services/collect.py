@@ -323,11 +323,12 @@ class Collect:
 
     def get(self, merchant_id: str, reference: str) -> Collection:
         """The merchant's collection ``reference``; NotFoundError also for another merchant's."""
-        with self._deps.store.read() as tx:
+        with self._deps.glance() as tx:
             collection = tx.collections.get(reference)
             if collection is None or collection.merchant_id != merchant_id:
                 raise NotFoundError("No such collection on this account.")
-            # the merchant's settlement currency shows only in a legacy payment not yet settled
+            # the merchant's settlement currency shows only in a legacy payment not yet settled (a fact
+            # of its own: the glance need not see it as of the collection's read)
             merchant = require_merchant(tx, merchant_id) if converts_on_settling(collection) else None
         return self._public(collection, merchant, self._deps.clock.now())
 

@@ -19,6 +19,7 @@ from paymentcore.config import Config
 from paymentcore.observe import Observer
 from paymentcore.ports import (
     Clock,
+    GlancingStore,
     Network,
     PartitionedStore,
     References,
@@ -76,6 +77,14 @@ class Deps:
             return
         with self.transaction(merchants=merchants) as tx:
             yield tx
+
+    def glance(self) -> AbstractContextManager[Transaction]:
+        """A read of independent facts: ``store.glance()`` on a store that offers it
+        (``ports.GlancingStore``), its read view elsewhere."""
+        if hasattr(self.store, "glance"):
+            glancing: GlancingStore = self.store  # type: ignore[assignment]
+            return glancing.glance()
+        return self.store.read()
 
     @contextlib.contextmanager
     def _telling(self, opened: AbstractContextManager[T]) -> Iterator[T]:

@@ -555,7 +555,7 @@ class Disburse:
 
     def get(self, merchant_id: str, reference: str) -> Payout:
         """The merchant's payout ``reference``; NotFoundError also for another merchant's."""
-        with self._deps.store.read() as tx:
+        with self._deps.glance() as tx:
             payout = tx.payouts.get(reference)
         if payout is None or payout.merchant_id != merchant_id:
             raise NotFoundError("No such payout on this account.")

@@ -566,6 +566,19 @@ class PostgresStore:
         with self._unit("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", writable=False) as tx:
             yield tx
 
+    @contextmanager
+    def glance(self) -> Iterator[PostgresTransaction]:
+        """A read of independent facts (``ports.GlancingStore``): its statements run outside any
+        transaction, each in a snapshot of its own, so a lookup of one statement is one round trip."""
+        with self._pool.connection() as conn:
+            yield PostgresTransaction(
+                conn,
+                writable=False,
+                write_lock=self._write_lock,
+                rate_namespace=self._rate_namespace,
+                partitions=self._partitions,
+            )
+
     def ping(self, timeout: float = 0.5) -> None:
         """A trivial query on a pooled connection, giving up after about ``timeout`` seconds; a server
         that would refuse writes (a standby, ``default_transaction_read_only``) raises

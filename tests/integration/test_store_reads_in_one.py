@@ -3,10 +3,15 @@ answer, on every store: a key with its merchant and switches, a payout's inputs,
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
+
+import psycopg
+import pytest
 from test_store_contract import NOW, api_key, merchant, payout  # type: ignore[import-not-found, unused-ignore]
 
 from paymentcore._domain.models import PayoutLimits, PayoutStatus, Settings
-from paymentcore.ports import KeyLookup, PayoutInputs, Store
+from paymentcore.adapters.postgres import PostgresStore
+from paymentcore.ports import KeyLookup, PayoutInputs, Store, UnitOfWork
 
 HOUR = 3_600_000
 DAY = 24 * HOUR
@@ -80,3 +85,39 @@ def test_a_keys_rate_windows_are_read_together(store: Store) -> None:
     with store.read() as tx:
         assert tx.rates.buckets("key_3", 1000, 0) == [(5000, 5)]
         assert tx.rates.buckets("key_2", 1000, 0) == [(5000, 10)]
+
+
+def _glance(store: Store) -> AbstractContextManager[UnitOfWork]:
+    """What the services glance through: the store's glance where it offers one, its read view elsewhere."""
+    glance = getattr(store, "glance", None)
+    return glance() if glance is not None else store.read()
+
+
+def test_a_glance_sees_what_is_committed_and_writes_nothing(store: Store) -> None:
+    with store.transaction() as tx:
+        tx.merchants.put(merchant())
+        tx.keys.put(api_key())
+        tx.payouts.add(payout("PO-1"))
+    with _glance(store) as tx:
+        assert tx.keys.lookup("hash-1") == KeyLookup(api_key(), merchant(), Settings())
+        assert tx.payouts.get("PO-1") == payout("PO-1")
+        assert tx.payouts.get("PO-2") is None
+    with pytest.raises(Exception), _glance(store) as tx:  # noqa: B017 - each store says it its own way
+        tx.payouts.add(payout("PO-2"))
+    with store.read() as tx:
+        assert tx.payouts.get("PO-2") is None
+
+
+def test_on_postgresql_a_glance_looks_up_in_one_statement_outside_any_transaction(
+    store: Store,
+) -> None:
+    if not isinstance(store, PostgresStore):
+        pytest.skip("PostgreSQL's glance opens no transaction; elsewhere it is the read view")
+    with store.transaction() as tx:
+        tx.merchants.put(merchant())
+        tx.keys.put(api_key())
+    with store.glance() as tx:
+        conn = tx.rows.conn
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE  # no BEGIN sent
+        assert tx.keys.lookup("hash-1") == KeyLookup(api_key(), merchant(), Settings())
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE  # nothing left to end
