@@ -427,6 +427,15 @@ class LedgerRepository(Protocol):
         """
         ...
 
+    def shift(self, merchant_id: str, currency: str, **amounts: int) -> bool:
+        """:meth:`move` of money the balance holds (a reservation paid out or released; ``amounts`` by
+        account: ``available``, ``reserved``, ``paid_out``, summing to zero), whose new balance nobody
+        reads: False, writing nothing, when an account would go below zero or the balance is missing.
+        A store may check it with the unit's end instead, answering True at once (PostgreSQL in a
+        pipeline: with the unit's other checked writes before its COMMIT, so a batch of them waits for no
+        answer each); a shift refused there raises KeyError and nothing of the unit is written."""
+        ...
+
     def append(self, entry: LedgerEntry) -> None:
         """Append to the journal (append-only; raises if the id exists)."""
         ...

@@ -102,16 +102,22 @@ def _move(
     kind: str,
     source: str,
     target: str,
-) -> Balance:
+) -> None:
     """Move ``amount`` between two of the merchant's accounts (available, reserved, paid_out).
 
-    One conditional step in the store (``tx.ledger.move``): the source is debited only if it holds the
-    amount, so two movements racing on one balance can never take the same money twice.
+    One conditional step in the store: the source is debited only if it holds the amount, so two
+    movements racing on one balance can never take the same money twice. Money taken from the
+    reservation (a payout paid or released) is held there, so its step is a ``tx.ledger.shift``, which
+    the store may check with the unit's end rather than answer at once; a reservation is a ``move``.
     """
     if amount <= 0:
         raise ValueError(f"a {kind} moves a positive amount")
-    moved = tx.ledger.move(merchant_id, currency, **{source: -amount, target: amount})
-    if moved is None:
+    amounts = {source: -amount, target: amount}
+    if source == "reserved":
+        done = tx.ledger.shift(merchant_id, currency, **amounts)
+    else:
+        done = tx.ledger.move(merchant_id, currency, **amounts) is not None
+    if not done:
         held: int = getattr(tx.ledger.balance(merchant_id, currency), source)
         raise LedgerInvariantError(f"{kind} of {amount} with only {held} in {source}")
     legs = (
@@ -122,7 +128,6 @@ def _move(
         tx, entry_id=entry_id, merchant_id=merchant_id, currency=currency, kind=kind,
         reference=reference, legs=legs, now=now,
     )  # fmt: skip
-    return moved
 
 
 def reserve(
@@ -135,13 +140,14 @@ def reserve(
     reference: str,
     now: int,
     decimals: int,
-) -> Balance:
+) -> None:
     """A payout is created: available -> reserved, or INSUFFICIENT_BALANCE (and nothing moves)."""
     try:
-        return _move(
+        _move(
             tx, entry_id=entry_id, merchant_id=merchant_id, currency=currency, amount=amount,
             reference=reference, now=now, kind="reserve", source="available", target="reserved",
         )  # fmt: skip
+        return
     except LedgerInvariantError:
         available = tx.ledger.balance(merchant_id, currency).available
         if available >= amount:
@@ -222,9 +228,9 @@ def post(
     amount: int,
     reference: str,
     now: int,
-) -> Balance:
+) -> None:
     """A payout is paid: reserved -> paid_out."""
-    return _move(
+    _move(
         tx, entry_id=entry_id, merchant_id=merchant_id, currency=currency, amount=amount,
         reference=reference, now=now, kind="post", source="reserved", target="paid_out",
     )  # fmt: skip
@@ -239,9 +245,9 @@ def release(
     amount: int,
     reference: str,
     now: int,
-) -> Balance:
+) -> None:
     """A payout is rejected or its money returned: reserved -> available."""
-    return _move(
+    _move(
         tx, entry_id=entry_id, merchant_id=merchant_id, currency=currency, amount=amount,
         reference=reference, now=now, kind="release", source="reserved", target="available",
     )  # fmt: skip

@@ -578,6 +578,11 @@ class _Ledger(_Repository):
         self.put_balance(new)
         return new
 
+    def shift(self, merchant_id: str, currency: str, **amounts: int) -> bool:
+        if self._t.get("balances", (merchant_id, currency)) is None:  # as the SQL update finds no row
+            return False
+        return self.move(merchant_id, currency, **amounts) is not None
+
     def append(self, entry: LedgerEntry) -> None:
         self._t.insert("entries", entry.id, entry)
 

@@ -40,7 +40,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from paymentcore._domain.queries import UNSPENT_STATUSES
 from paymentcore.adapters.schema import MIGRATIONS as SQLITE_MIGRATIONS
-from paymentcore.adapters.sql import POSTGRESQL, Codec, Rows, SqlTransaction, sql_in, sql_not_in
+from paymentcore.adapters.sql import POSTGRESQL, Rows, SqlTransaction, sql_in, sql_not_in
 from paymentcore.ports import StoreReadOnlyError, StoreUnavailableError
 
 __all__ = [
@@ -284,7 +284,7 @@ class _PostgresRows(Rows):
         self._partitions = partitions
         self._locked = False  # this unit holds its write lock
         self._held: set[tuple[str, str]] = set()  # the keys whose own locks it holds
-        self._updates: list[tuple[Any, str]] = []  # updates whose row count is checked before COMMIT
+        self._updates: list[tuple[Any, str]] = []  # writes whose row count is checked before COMMIT
 
     def execute(self, sql: str, params: Any = (), *, lock: bool = True) -> Any:
         if lock:
@@ -309,14 +309,15 @@ class _PostgresRows(Rows):
                 )
             self._locked = True
 
-    def update(self, codec: Codec, record: Any) -> None:
-        """In pipeline mode the update travels with the next statement whose result is read; that it
-        found its row is checked once for all of the unit's updates, before its COMMIT (:meth:`verify`),
-        so a worker's batch of claims costs one round trip, not one per item."""
+    def write_checked(self, sql: str, params: Any, refused: str) -> bool:
+        """In pipeline mode the write travels with the next statement whose result is read; that it
+        changed its row is checked once for all of the unit's checked writes (its updates, its moves of
+        money held), before its COMMIT (:meth:`verify`), so a worker's batch of claims or outcomes costs
+        one round trip, not one per item."""
         if self._pipeline is None:
-            super().update(codec, record)
-            return
-        self._updates.append((self.write(codec.update_sql, codec.update_values(record)), codec.table))
+            return super().write_checked(sql, params, refused)
+        self._updates.append((self.write(sql, params), refused))
+        return True
 
     def verify(self) -> None:
         """Raise KeyError, before the unit commits, if one of its updates found no row."""
@@ -325,9 +326,9 @@ class _PostgresRows(Rows):
         if self._pipeline is not None:
             self._pipeline.sync()
         updates, self._updates = self._updates, []
-        for cursor, table in updates:
+        for cursor, refused in updates:
             if cursor.rowcount != 1:
-                raise KeyError(f"{table}: no row to update")
+                raise KeyError(refused)
 
     def changed(self, cursor: Any) -> int:
         if cursor.rowcount < 0 and self._pipeline is not None:  # its result is still on its way

@@ -433,8 +433,15 @@ class Rows(abc.ABC):
         self.execute_many(self.dialect.sql(codec.insert_sql), [codec.values(r) for r in records])
 
     def update(self, codec: Codec, record: Any) -> None:
-        if self.write_count(codec.update_sql, codec.update_values(record)) != 1:
-            raise KeyError(f"{codec.table}: no row to update")
+        refused = f"{codec.table}: no row to update"
+        if not self.write_checked(codec.update_sql, codec.update_values(record), refused):
+            raise KeyError(refused)
+
+    def write_checked(self, sql: str, params: Any, refused: str) -> bool:
+        """A write that must change one row: False when it changed none. A store that checks it with
+        the unit's other such writes (PostgreSQL in a pipeline) answers True at once and fails the unit
+        at its end with KeyError(``refused``) when it did not."""
+        return self.write_count(sql, params) == 1
 
     def listing(
         self,
@@ -1015,6 +1022,10 @@ class _Batches(_Repository):
 # --- the ledger ------------------------------------------------------------------------------------
 
 
+#: the balance's accounts a shift moves money between, as its statement names their amounts
+_SHORT = {"available": "a", "reserved": "r", "paid_out": "p"}
+
+
 class _Ledger(_Repository):
     def balance(self, merchant_id: str, currency: str) -> Balance:
         balance: Balance | None = self._rows.one(
@@ -1028,12 +1039,12 @@ class _Ledger(_Repository):
     def put_balance(self, balance: Balance) -> None:
         self._rows.upsert(_BALANCES, balance)
 
-    _MOVE = (
+    _SHIFT = (
         "UPDATE balances SET available = available + :a, reserved = reserved + :r,"
         " paid_out = paid_out + :p, credited = credited + :k WHERE merchant_id = :m AND currency = :c"
         " AND available + :a >= 0 AND reserved + :r >= 0 AND paid_out + :p >= 0"
-        f" RETURNING {_BALANCE_COLUMNS}"
     )
+    _MOVE = f"{_SHIFT} RETURNING {_BALANCE_COLUMNS}"
 
     def move(
         self,
@@ -1068,6 +1079,13 @@ class _Ledger(_Repository):
                 row = self._rows.write(self._MOVE, amounts).fetchone()
         moved: Balance | None = None if row is None else _BALANCES.decode(row)
         return moved
+
+    def shift(self, merchant_id: str, currency: str, **amounts: int) -> bool:
+        # move's conditional statement without its RETURNING: the new balance is not read
+        params = {"m": merchant_id, "c": currency, "k": 0, "a": 0, "r": 0, "p": 0}
+        params.update({_SHORT[name]: amount for name, amount in amounts.items()})
+        refused = f"balances: the {currency} balance of {merchant_id} does not hold the move"
+        return self._rows.write_checked(self._SHIFT, params, refused)
 
     def append(self, entry: LedgerEntry) -> None:
         self._rows.insert(_ENTRIES, entry)

@@ -1638,6 +1638,34 @@ def test_move_adds_in_one_step_and_never_goes_below_zero(store: Store) -> None:
         assert tx.ledger.balances("mer_2") == []  # a refused move creates nothing
 
 
+def test_shift_moves_held_money_and_a_refused_one_writes_nothing_of_its_unit(store: Store) -> None:
+    with store.transaction() as tx:
+        tx.ledger.move("mer_1", "XAF", available=10, credited=10)
+        tx.ledger.move("mer_1", "XAF", available=-6, reserved=6)
+    with store.transaction() as tx:
+        assert tx.ledger.shift("mer_1", "XAF", reserved=-4, paid_out=4) is True
+        assert tx.ledger.shift("mer_1", "XAF", reserved=-2, available=2) is True
+    shifted = Balance("mer_1", "XAF", available=6, paid_out=4, credited=10)
+    with store.read() as tx:
+        assert tx.ledger.balance("mer_1", "XAF") == shifted
+    # more than the reservation holds, or no balance at all: refused at once (False) or, where the store
+    # checks its shifts with the unit's end (PostgreSQL), there, and the unit fails as a whole
+    for merchant in ("mer_1", "mer_2"):
+        try:
+            with store.transaction() as tx:
+                tx.ledger.move("mer_1", "XAF", available=-1, reserved=1)  # a change the refusal undoes
+                refused = not tx.ledger.shift(merchant, "XAF", reserved=-5, paid_out=5)
+                if refused:
+                    raise LookupError("refused at once")
+        except (LookupError, KeyError):  # KeyError: refused with the unit's end
+            pass
+        else:
+            raise AssertionError(f"a shift {merchant}'s balance does not hold was written")
+    with store.read() as tx:
+        assert tx.ledger.balance("mer_1", "XAF") == shifted
+        assert tx.ledger.balances("mer_2") == []
+
+
 def test_rate_buckets_count_per_key_and_width_and_purge_by_start(store: Store) -> None:
     with store.transaction() as tx:
         assert tx.rates.buckets("key_1", 1_000, 0) == []
