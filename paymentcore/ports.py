@@ -179,14 +179,16 @@ class KeyLookup:
 @attrs.frozen
 class PayoutInputs:
     """What creating a payout reads, in one statement on the SQL stores: the switches, the merchant
-    (None when there is none), its limits in the currency (None when unset), and what it paid out in
-    the currency since the start of each rolling window (None when that window has no limit)."""
+    (None when there is none), its limits in the currency (None when unset), what it paid out in the
+    currency since the start of each rolling window (None when that window has no limit), and its
+    available balance in the currency (None when it has no balance there)."""
 
     settings: Settings
     merchant: Merchant | None
     limits: PayoutLimits | None
     spent_day: int | None
     spent_week: int | None
+    available: int | None = None
 
 
 class KeyRepository(Protocol):

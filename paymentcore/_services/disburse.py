@@ -218,6 +218,7 @@ class Disburse:
                 now,
                 limits_for=lambda code: effective_limits(inputs.limits, maximum),
                 spent_since=spent_since,
+                available=inputs.available or 0,  # read under the merchant's lock: no balance is none
             )
             return payout_from(payout, catalogue=self._deps.catalogue)
 
@@ -264,10 +265,12 @@ class Disburse:
         spent_since: Callable[[int], int],
         batch: _BatchWrites | None = None,
         index: int = 0,
+        available: int | None = None,
     ) -> models.Payout:
         """The checks that need the database (switches, provider, ceilings, the live balance), then the
         reservation and the PENDING payout. Nothing is written unless every check passes, so a refusal
-        leaves the transaction as it was (a bulk request goes on with its next item).
+        leaves the transaction as it was (a bulk request goes on with its next item). ``available``:
+        the balance read with the payout's inputs, in this unit (:func:`ledger.reserve`).
 
         Alone, the reservation and the payout are written here. In a bulk request (``batch``) the
         balance check is the same (:func:`ledger.check_funds`), against the balance the earlier items
@@ -295,6 +298,7 @@ class Disburse:
                 reference=reference,
                 now=now,
                 decimals=cur.decimals,
+                available=available,
             )
         else:
             batch.reservations.reserve(

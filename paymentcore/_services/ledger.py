@@ -102,24 +102,26 @@ def _move(
     kind: str,
     source: str,
     target: str,
+    held: bool = False,
 ) -> None:
     """Move ``amount`` between two of the merchant's accounts (available, reserved, paid_out).
 
     One conditional step in the store: the source is debited only if it holds the amount, so two
-    movements racing on one balance can never take the same money twice. Money taken from the
-    reservation (a payout paid or released) is held there, so its step is a ``tx.ledger.shift``, which
-    the store may check with the unit's end rather than answer at once; a reservation is a ``move``.
+    movements racing on one balance can never take the same money twice. Money the source is known to
+    hold (``held``: the reservation of a payout paid or released, or an amount checked against the
+    balance read under the merchant's lock) moves by a ``tx.ledger.shift``, which the store may check
+    with the unit's end rather than answer at once; other money by a ``move``.
     """
     if amount <= 0:
         raise ValueError(f"a {kind} moves a positive amount")
     amounts = {source: -amount, target: amount}
-    if source == "reserved":
+    if held or source == "reserved":
         done = tx.ledger.shift(merchant_id, currency, **amounts)
     else:
         done = tx.ledger.move(merchant_id, currency, **amounts) is not None
     if not done:
-        held: int = getattr(tx.ledger.balance(merchant_id, currency), source)
-        raise LedgerInvariantError(f"{kind} of {amount} with only {held} in {source}")
+        there: int = getattr(tx.ledger.balance(merchant_id, currency), source)
+        raise LedgerInvariantError(f"{kind} of {amount} with only {there} in {source}")
     legs = (
         LedgerLeg(_account(merchant_id, source), -amount),
         LedgerLeg(_account(merchant_id, target), amount),
@@ -140,12 +142,20 @@ def reserve(
     reference: str,
     now: int,
     decimals: int,
+    available: int | None = None,
 ) -> None:
-    """A payout is created: available -> reserved, or INSUFFICIENT_BALANCE (and nothing moves)."""
+    """A payout is created: available -> reserved, or INSUFFICIENT_BALANCE (and nothing moves).
+
+    ``available``: the balance's available amount, when the caller read it in this unit under the
+    merchant's lock (every writer of the balance holds it): checked here, and the money moved by a
+    shift, whose own check may wait for the unit's end (no answer waited for)."""
+    if available is not None:
+        check_funds(available, amount, currency=currency, decimals=decimals)
     try:
         _move(
             tx, entry_id=entry_id, merchant_id=merchant_id, currency=currency, amount=amount,
             reference=reference, now=now, kind="reserve", source="available", target="reserved",
+            held=available is not None,
         )  # fmt: skip
         return
     except LedgerInvariantError:

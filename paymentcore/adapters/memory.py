@@ -424,8 +424,16 @@ class _Payouts(_Repository):
         if limits is not None and currency is not None:
             day = None if limits.per_day is None else self.spent(merchant_id, currency, day_since)
             week = None if limits.per_week is None else self.spent(merchant_id, currency, week_since)
+        balance: Balance | None = None
+        if currency is not None:
+            balance = self._t.get("balances", (merchant_id, currency))
         return PayoutInputs(
-            _Settings(self._t).get(), self._t.get("merchants", merchant_id), limits, day, week
+            _Settings(self._t).get(),
+            self._t.get("merchants", merchant_id),
+            limits,
+            day,
+            week,
+            None if balance is None else balance.available,
         )
 
     def spent(self, merchant_id: str, currency: str, since: int) -> int:

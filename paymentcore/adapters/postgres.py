@@ -310,25 +310,26 @@ class _PostgresRows(Rows):
             self._locked = True
 
     def write_checked(self, sql: str, params: Any, refused: str) -> bool:
-        """In pipeline mode the write travels with the next statement whose result is read; that it
-        changed its row is checked once for all of the unit's checked writes (its updates, its moves of
-        money held), before its COMMIT (:meth:`verify`), so a worker's batch of claims or outcomes costs
-        one round trip, not one per item."""
+        """In pipeline mode the write travels with the next statement whose result is read, and checks
+        itself in the server: a write that changed no row divides by zero, which aborts the unit's
+        transaction (its COMMIT then commits nothing) and is raised as KeyError(``refused``) at the
+        unit's end (:meth:`refusal`). So a unit's checked writes (its updates, its moves of money held)
+        wait for no answer, not even one before the COMMIT: a worker's batch of claims or outcomes, a
+        payout's reservation, travel with the COMMIT."""
         if self._pipeline is None:
             return super().write_checked(sql, params, refused)
-        self._updates.append((self.write(sql, params), refused))
+        checked = f"WITH changed AS ({sql} RETURNING 1) SELECT 1 / count(*) FROM changed"
+        self._updates.append((self.write(checked, params), refused))
         return True
 
-    def verify(self) -> None:
-        """Raise KeyError, before the unit commits, if one of its updates found no row."""
-        if not self._updates:
-            return
-        if self._pipeline is not None:
-            self._pipeline.sync()
-        updates, self._updates = self._updates, []
-        for cursor, refused in updates:
-            if cursor.rowcount != 1:
-                raise KeyError(refused)
+    def refusal(self) -> str | None:
+        """After the unit failed: what its first checked write that changed nothing refuses (None when
+        none of them failed)."""
+        for cursor, refused in self._updates:
+            result = cursor.pgresult
+            if result is None or result.status != psycopg.pq.ExecStatus.TUPLES_OK:
+                return refused
+        return None
 
     def changed(self, cursor: Any) -> int:
         if cursor.rowcount < 0 and self._pipeline is not None:  # its result is still on its way
@@ -483,14 +484,16 @@ class PostgresStore:
                         pipeline=pipeline,
                     )
                     yield unit
-                    unit.rows.verify()  # every update found its row, or nothing is committed
                     conn.execute("COMMIT" if writable else "ROLLBACK")
                 # the pipeline's end waited for every result: an error of a statement nobody read (an
-                # INSERT, the COMMIT) was raised there, as one raised in the block was
-            except BaseException:
+                # INSERT, a checked write, the COMMIT) was raised there, as one raised in the block was
+            except BaseException as failed:
                 if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                     with suppress(psycopg.Error):  # a broken connection: the pool throws it away
                         conn.execute("ROLLBACK")
+                refused = unit.rows.refusal() if isinstance(failed, psycopg.errors.DivisionByZero) else None
+                if refused is not None:
+                    raise KeyError(refused) from None
                 raise
 
     @contextmanager

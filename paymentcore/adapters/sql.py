@@ -917,10 +917,11 @@ class _Payouts(_Repository):
     _INPUTS = (
         f"SELECT {_SETTINGS}, {_columns(_MERCHANTS, 'm')}, {_columns(_LIMITS, 'l')},"
         f" CASE WHEN l.per_day IS NOT NULL THEN {_spent_sql('d')} END,"
-        f" CASE WHEN l.per_week IS NOT NULL THEN {_spent_sql('w')} END"
+        f" CASE WHEN l.per_week IS NOT NULL THEN {_spent_sql('w')} END, b.available"
         " FROM (SELECT 1 AS one) AS one LEFT JOIN settings AS s ON s.id = 1"
         " LEFT JOIN merchants AS m ON m.id = :m"
         " LEFT JOIN payout_limits AS l ON l.merchant_id = :m AND l.currency = :c"
+        " LEFT JOIN balances AS b ON b.merchant_id = :m AND b.currency = :c"
     )
 
     def inputs(
@@ -934,13 +935,14 @@ class _Payouts(_Repository):
         }
         row = self._rows.run(self._INPUTS, params).fetchone()
         merchant, limits = row[3 : 3 + _N_MERCHANT], row[3 + _N_MERCHANT : 3 + _N_MERCHANT + _N_LIMITS]
-        day, week = row[-2:]
+        day, week, available = row[-3:]
         return PayoutInputs(
             settings=_settings(row[:3]),
             merchant=None if merchant[0] is None else _MERCHANTS.decode(merchant),
             limits=None if limits[0] is None else _LIMITS.decode(limits),
             spent_day=None if day is None else int(day),
             spent_week=None if week is None else int(week),
+            available=None if available is None else int(available),
         )
 
     def page(

@@ -67,6 +67,16 @@ def test_a_payouts_inputs_are_read_together_and_spends_only_for_windows_with_a_l
         assert (found.spent_day, found.spent_week) == (300, 300 + 300)
         assert found.spent_week == tx.payouts.spent("mer_1", "XAF", week_since)
         assert tx.payouts.inputs("mer_1", "XOF", day_since=day_since, week_since=week_since).limits is None
+        assert found.available is None  # no balance in the currency
+    with store.transaction() as tx:
+        tx.ledger.move("mer_1", "XAF", available=900, credited=900)
+        tx.ledger.move("mer_1", "XAF", available=-150, reserved=150)
+        tx.ledger.move("mer_1", "XOF", available=5, credited=5)
+    with store.read() as tx:
+        found = tx.payouts.inputs("mer_1", "XAF", day_since=day_since, week_since=week_since)
+        assert found.available == tx.ledger.balance("mer_1", "XAF").available == 750
+        assert tx.payouts.inputs("mer_1", "XOF", day_since=day_since, week_since=week_since).available == 5
+        assert tx.payouts.inputs("mer_2", "XAF", day_since=day_since, week_since=week_since).available is None
 
 
 def test_a_keys_rate_windows_are_read_together(store: Store) -> None:
