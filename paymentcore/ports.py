@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import builtins
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from decimal import Decimal
 from typing import Protocol
@@ -335,6 +335,14 @@ class PayoutRepository(Protocol):
         """What a new payout of ``merchant_id`` in ``currency`` is checked against (no currency: the
         switches and the merchant only); the spends are ``spent`` since ``day_since`` and
         ``week_since``, read only for a window that has a limit."""
+        ...
+
+    def inputs_later(
+        self, merchant_id: str, currency: str | None, *, day_since: int, week_since: int
+    ) -> Callable[[], PayoutInputs]:
+        """:meth:`inputs`, asked now and read when the answer is called: a store that pipelines its
+        statements (PostgreSQL) sends the read at once and waits for it with the next read whose
+        answer is needed (the idempotency key's), so both cost one round trip."""
         ...
 
     def page(

@@ -94,7 +94,14 @@ from paymentcore._services.audit import DEFAULT_ACTOR
 from paymentcore._services.deps import Deps, require_merchant
 from paymentcore._services.idempotency import Answer, Idempotency, check_key
 from paymentcore._services.work import LANE_DEPTH, Due, Runner
-from paymentcore.ports import NetworkError, NetworkOutcome, PayoutRequest, PayoutResult, Transaction
+from paymentcore.ports import (
+    NetworkError,
+    NetworkOutcome,
+    PayoutInputs,
+    PayoutRequest,
+    PayoutResult,
+    Transaction,
+)
 
 log = logging.getLogger("paymentcore.worker")
 
@@ -182,15 +189,25 @@ class Disburse:
             merchant_reference=merchant_reference,
         )
 
+        try:  # the arguments' checks need no database: made first, told in the API's order in the body
+            checked: _Checked | None = self._check(asked)
+            refused: PaymentError | None = None
+        except PaymentError as error:
+            checked, refused = None, error
+        code = None if checked is None else checked.currency.code
+        asked_for: list[tuple[Transaction, int, Callable[[], PayoutInputs]]] = []
+
+        def ask(tx: Transaction, now: int) -> Callable[[], PayoutInputs]:
+            """Everything the checks read, in one statement."""
+            day, week = now - DAY_MS, now - WEEK_MS
+            return tx.payouts.inputs_later(merchant_id, code, day_since=day, week_since=week)
+
+        def prepare(tx: Transaction, now: int) -> None:  # asked with the idempotency key's lookup
+            asked_for.append((tx, now, ask(tx, now)))
+
         def body(tx: Transaction, now: int) -> Payout:
-            try:  # the arguments' checks need no database: made first, told in the API's order below
-                checked: _Checked | None = self._check(asked)
-                refused: PaymentError | None = None
-            except PaymentError as error:
-                checked, refused = None, error
-            code = None if checked is None else checked.currency.code
-            # everything the checks read, in one statement
-            inputs = tx.payouts.inputs(merchant_id, code, day_since=now - DAY_MS, week_since=now - WEEK_MS)
+            sent = asked_for[-1] if asked_for else None
+            inputs = (sent[2] if sent is not None and sent[0] is tx and sent[1] == now else ask(tx, now))()
             if not inputs.settings.payouts_enabled:  # before any other check, as the API documents
                 raise CapabilityDisabledError(BlockedBy.PLATFORM.message(""))
             if refused is not None:
@@ -224,7 +241,9 @@ class Disburse:
 
         # a replay needs no write lock: answered from a read first (the original answer, whatever changed
         # since), then again under the lock
-        return self._idem.run(self._deps, merchant_id, key, asked, body, self._payout_answer, read_first=True)
+        return self._idem.run(
+            self._deps, merchant_id, key, asked, body, self._payout_answer, read_first=True, prepare=prepare
+        )
 
     def _check(self, asked: CreatePayout | PayoutItem) -> _Checked:
         """The checks of a payout's arguments that need no database (the catalogue's), in the order the

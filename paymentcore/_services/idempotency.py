@@ -75,6 +75,7 @@ class Idempotency:
         answer: Answer[T],
         *,
         read_first: bool = False,
+        prepare: Callable[[Transaction, int], None] | None = None,
     ) -> T:
         """``body(tx, now)`` in a write transaction, its answer kept for ``key`` in the same one; or, when
         ``key`` was used for this ``command``, the answer kept then (IdempotencyKeyReusedError when it was
@@ -85,6 +86,10 @@ class Idempotency:
         have committed meanwhile. On a store partitioned by merchant (``ports.PartitionedStore``) the
         merchant's own write transaction answers a replay without waiting for other merchants, so the
         read view, a round trip more for every request, is skipped.
+
+        ``prepare(tx, now)`` runs in the write transaction just before the kept answer is looked for:
+        where it asks for reads the body needs (``inputs_later``), a store that pipelines its statements
+        answers them with the lookup, in one round trip.
         """
         print_ = command.fingerprint()
         if read_first and key is not None and not deps.partitioned:
@@ -94,6 +99,8 @@ class Idempotency:
                 return replay
         with deps.transaction(merchant_id) as tx:
             now = deps.clock.now()
+            if prepare is not None:
+                prepare(tx, now)
             replay = self._replay(tx, merchant_id, key, print_, now, answer)
             if replay is not None:
                 return replay

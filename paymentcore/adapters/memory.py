@@ -436,6 +436,12 @@ class _Payouts(_Repository):
             None if balance is None else balance.available,
         )
 
+    def inputs_later(
+        self, merchant_id: str, currency: str | None, *, day_since: int, week_since: int
+    ) -> Callable[[], PayoutInputs]:
+        found = self.inputs(merchant_id, currency, day_since=day_since, week_since=week_since)
+        return lambda: found
+
     def spent(self, merchant_id: str, currency: str, since: int) -> int:
         return sum(
             p.amount

@@ -31,7 +31,7 @@ import hashlib
 import re
 import secrets
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
 
@@ -330,6 +330,12 @@ class _PostgresRows(Rows):
             if result is None or result.status != psycopg.pq.ExecStatus.TUPLES_OK:
                 return refused
         return None
+
+    def one_later(self, sql: str, params: Any = ()) -> Callable[[], Any]:
+        if self._pipeline is None:
+            return super().one_later(sql, params)
+        fetch: Callable[[], Any] = self.run(sql, params).fetchone  # sent; answered with the next sync
+        return fetch
 
     def changed(self, cursor: Any) -> int:
         if cursor.rowcount < 0 and self._pipeline is not None:  # its result is still on its way

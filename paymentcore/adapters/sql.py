@@ -20,7 +20,7 @@ import operator
 import re
 import types
 import typing
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -403,6 +403,12 @@ class Rows(abc.ABC):
 
     def count(self, sql: str, params: Any = ()) -> int:
         return int(self.value(sql, params) or 0)
+
+    def one_later(self, sql: str, params: Any = ()) -> Callable[[], Any]:
+        """The first row a statement answers, read when called: here at once (sqlite3 runs it now), in
+        a pipeline with the next read whose answer is waited for (``_PostgresRows``)."""
+        row = self.run(sql, params).fetchone()
+        return lambda: row
 
     def row_lock(self, *, item: bool = False) -> str:
         """What a read of rows this unit will change ends with (nothing in a read view); ``item``: of
@@ -927,13 +933,22 @@ class _Payouts(_Repository):
     def inputs(
         self, merchant_id: str, currency: str | None, *, day_since: int, week_since: int
     ) -> PayoutInputs:
+        return self.inputs_later(merchant_id, currency, day_since=day_since, week_since=week_since)()
+
+    def inputs_later(
+        self, merchant_id: str, currency: str | None, *, day_since: int, week_since: int
+    ) -> Callable[[], PayoutInputs]:
         params = {
             "m": merchant_id,
             "c": currency,
             **_spent_params("d", day_since),
             **_spent_params("w", week_since),
         }
-        row = self._rows.run(self._INPUTS, params).fetchone()
+        answer = self._rows.one_later(self._INPUTS, params)
+        return lambda: self._inputs(answer())
+
+    @staticmethod
+    def _inputs(row: Any) -> PayoutInputs:
         merchant, limits = row[3 : 3 + _N_MERCHANT], row[3 + _N_MERCHANT : 3 + _N_MERCHANT + _N_LIMITS]
         day, week, available = row[-3:]
         return PayoutInputs(

@@ -131,3 +131,19 @@ def test_on_postgresql_a_glance_looks_up_in_one_statement_outside_any_transactio
         assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE  # no BEGIN sent
         assert tx.keys.lookup("hash-1") == KeyLookup(api_key(), merchant(), Settings())
         assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE  # nothing left to end
+
+
+def test_inputs_asked_before_another_read_answer_what_inputs_answer(store: Store) -> None:
+    with store.transaction() as tx:
+        tx.merchants.put(merchant())
+        limits = PayoutLimits("mer_1", "XAF", None, per_day=10_000, per_week=None, review_threshold=None)
+        tx.limits.put(limits)
+        tx.payouts.add(payout("PO-1", amount=300, status=PayoutStatus.PENDING, created_at=NOW - HOUR))
+        tx.ledger.move("mer_1", "XAF", available=700, credited=700)
+    day_since, week_since = NOW - DAY, NOW - 7 * DAY
+    with store.transaction() as tx:  # as a payout's unit asks them: with its idempotency key's lookup
+        later = tx.payouts.inputs_later("mer_1", "XAF", day_since=day_since, week_since=week_since)
+        assert tx.idempotency.get("mer_1", "key-1") is None
+        found = later()
+        assert found == tx.payouts.inputs("mer_1", "XAF", day_since=day_since, week_since=week_since)
+        assert (found.merchant, found.spent_day, found.available) == (merchant(), 300, 700)
