@@ -499,7 +499,9 @@ class Counter:
     """Statements sent to the database while ``on``: SQLite through a trace callback on every sqlite3
     connection made after :meth:`install` (a trigger's statements, reported again with their statement's
     text, are counted once), PostgreSQL through psycopg's cursor ``execute`` and its own transaction
-    commands (the BEGIN and COMMIT psycopg sends for a connection outside autocommit)."""
+    commands (the BEGIN and COMMIT psycopg sends for a connection outside autocommit), and for the
+    PostgreSQL store, which binds each statement on the client and sends several in one query, through
+    ``ClientCursor.mogrify``, once per statement bound."""
 
     def __init__(self) -> None:
         self.on = False
@@ -531,15 +533,23 @@ class Counter:
         real_execute = psycopg.Cursor.execute
         real_command = psycopg.Connection._exec_command
 
+        real_mogrify = psycopg.ClientCursor.mogrify
+
         def execute(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
-            counter._note(f"{id(cursor)} {query}")
+            if not isinstance(cursor, psycopg.ClientCursor):  # its statements were bound one by one
+                counter._note(f"{id(cursor)} {query}")
             return real_execute(cursor, query, *args, **kwargs)
+
+        def mogrify(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+            counter._note(f"{id(cursor)} {query}")  # one statement the PostgreSQL store keeps to send
+            return real_mogrify(cursor, query, *args, **kwargs)
 
         def command(conn: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
             counter._note(f"{id(conn)} {query!r}")
             return real_command(conn, query, *args, **kwargs)
 
         psycopg.Cursor.execute = execute  # type: ignore[method-assign, assignment]
+        psycopg.ClientCursor.mogrify = mogrify  # type: ignore[method-assign, assignment]
         psycopg.Connection._exec_command = command  # type: ignore[method-assign, assignment]
 
     def quiet(self) -> None:

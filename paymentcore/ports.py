@@ -340,8 +340,8 @@ class PayoutRepository(Protocol):
     def inputs_later(
         self, merchant_id: str, currency: str | None, *, day_since: int, week_since: int
     ) -> Callable[[], PayoutInputs]:
-        """:meth:`inputs`, asked now and read when the answer is called: a store that pipelines its
-        statements (PostgreSQL) sends the read at once and waits for it with the next read whose
+        """:meth:`inputs`, asked now and read when the answer is called: a store that sends several
+        statements in one query (PostgreSQL) keeps the read and sends it with the next read whose
         answer is needed (the idempotency key's), so both cost one round trip."""
         ...
 
@@ -441,9 +441,9 @@ class LedgerRepository(Protocol):
         """:meth:`move` of money the balance holds (a reservation paid out or released; ``amounts`` by
         account: ``available``, ``reserved``, ``paid_out``, summing to zero), whose new balance nobody
         reads: False, writing nothing, when an account would go below zero or the balance is missing.
-        A store may check it with the unit's end instead, answering True at once (PostgreSQL in a
-        pipeline: with the unit's other checked writes before its COMMIT, so a batch of them waits for no
-        answer each); a shift refused there raises KeyError and nothing of the unit is written."""
+        A store may check it with the unit's end instead, answering True at once (PostgreSQL: sent with
+        the unit's other statements and checked in the server, so a batch of them waits for no answer
+        each); a shift refused there raises KeyError and nothing of the unit is written."""
         ...
 
     def append(self, entry: LedgerEntry) -> None:

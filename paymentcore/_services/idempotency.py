@@ -88,8 +88,8 @@ class Idempotency:
         read view, a round trip more for every request, is skipped.
 
         ``prepare(tx, now)`` runs in the write transaction just before the kept answer is looked for:
-        where it asks for reads the body needs (``inputs_later``), a store that pipelines its statements
-        answers them with the lookup, in one round trip.
+        where it asks for reads the body needs (``inputs_later``), a store that sends several statements
+        in one query answers them with the lookup, in one round trip.
         """
         print_ = command.fingerprint()
         if read_first and key is not None and not deps.partitioned:

@@ -260,8 +260,53 @@ def _lock_half(*parts: str) -> int:
 # --- the repositories: paymentcore.adapters.sql, on one pooled connection ------------------------
 
 
+class _Answer:
+    """A statement's answer, known once the unit has sent it: asking for it (its rows, its row count)
+    sends every statement of the unit not sent yet, in one round trip."""
+
+    __slots__ = ("_count", "_found", "_next", "_rows")
+
+    def __init__(self, rows: _PostgresRows) -> None:
+        self._rows = rows
+        self._count = -1
+        self._found: list[Any] | None = None
+        self._next = 0
+
+    def known(self, count: int, found: list[Any]) -> None:
+        self._count, self._found = count, found
+
+    def _rows_found(self) -> list[Any]:
+        if self._found is None:
+            self._rows.send()
+        assert self._found is not None
+        return self._found
+
+    def fetchone(self) -> Any:
+        found = self._rows_found()
+        if self._next >= len(found):
+            return None
+        self._next += 1
+        return found[self._next - 1]
+
+    def fetchall(self) -> list[Any]:
+        found = self._rows_found()
+        rest, self._next = found[self._next :], len(found)
+        return rest
+
+    @property
+    def rowcount(self) -> int:
+        self._rows_found()
+        return self._count
+
+
 class _PostgresRows(Rows):
-    """In a write unit of work the first statement (but a rate counter's) takes the store's write lock,
+    """A unit's statements, bound on the client (psycopg's ``ClientCursor``) and kept until an answer
+    is asked for: then every statement not sent yet goes in one query of several statements, one round
+    trip, and the unit's end sends the rest with its COMMIT (or ROLLBACK). psycopg's pipeline mode gives
+    the same round trips but waits on the socket, and hands the interpreter's lock over, once per
+    statement: a payout's unit cost about 2.7 times the client CPU (``docs/decisions.md``).
+
+    In a write unit of work the first statement (but a rate counter's) takes the store's write lock,
     or, for a unit of one merchant's partition, that lock shared and the merchant's own; a rate counter
     takes its key's own advisory lock instead (``hold_key``)."""
 
@@ -274,35 +319,70 @@ class _PostgresRows(Rows):
         rate_namespace: int,
         partition: str | tuple[str, ...] | None = None,
         partitions: int = 0,
-        pipeline: psycopg.Pipeline | None = None,
     ) -> None:
         super().__init__(POSTGRESQL, conn, writable=writable)
-        self._pipeline = pipeline
+        self._cursor = psycopg.ClientCursor(conn)
         self._write_lock = write_lock
         self._namespace = rate_namespace
         self.partition = partition
         self._partitions = partitions
         self._locked = False  # this unit holds its write lock
         self._held: set[tuple[str, str]] = set()  # the keys whose own locks it holds
-        self._updates: list[tuple[Any, str]] = []  # writes whose row count is checked before COMMIT
+        self._kept: list[tuple[str, _Answer]] = []  # statements not sent yet, bound, with their answers
+        self._refusals: list[tuple[_Answer, str]] = []  # the checked writes, with what each refuses
+        self._began = False  # a query of this unit has been sent
+
+    def keep(self, sql: str, params: Any = ()) -> _Answer:
+        """Keep a statement to send with the next one whose answer is asked for."""
+        answer = _Answer(self)
+        self._kept.append((self._cursor.mogrify(sql, params), answer))
+        return answer
+
+    def send(self, last: str | None = None) -> None:
+        """Send the statements kept (and ``last``, the unit's end) in one query; their answers are then
+        known. A checked write that changed no row raises KeyError with what it refuses."""
+        kept, self._kept = self._kept, []
+        if last is not None:
+            kept.append((last, _Answer(self)))
+        if not kept:
+            return
+        cursor = self._cursor
+        self._began = True
+        try:
+            cursor.execute("; ".join(text for text, _ in kept))
+        except psycopg.errors.DivisionByZero:  # a checked write changed nothing (write_checked)
+            sent = {id(answer) for _, answer in kept}
+            refusals = [refused for answer, refused in self._refusals if id(answer) in sent]
+            raise KeyError(refusals[0] if len(refusals) == 1 else " or ".join(refusals)) from None
+        for _, answer in kept:
+            answer.known(cursor.rowcount, cursor.fetchall() if cursor.description else [])
+            cursor.nextset()
+
+    def finish(self, last: str) -> None:
+        """The unit's end: what is kept, then ``last`` (COMMIT or ROLLBACK), in one query; nothing
+        when the unit sent nothing and kept only its BEGIN (it read and wrote nothing)."""
+        if not self._began and len(self._kept) <= 1:
+            self._kept.clear()
+            return
+        self.send(last)
 
     def execute(self, sql: str, params: Any = (), *, lock: bool = True) -> Any:
         if lock:
             self._lock()
-        return self.conn.execute(sql, params)  # never None: the dialect wrote "%%" for "%"
+        return self.keep(sql, params)  # the dialect wrote "%%" for "%": params always given
 
     def _lock(self) -> None:
         """The unit's write lock, before its first statement that needs it (a read view takes none)."""
         if self.writable and not self._locked:
             if self.partition is None:  # the whole store: every other writer waits
-                self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._write_lock,))
+                self.keep("SELECT pg_advisory_xact_lock(%s)", (self._write_lock,))
             else:  # merchants' partitions: only their writers (and whole-store writers) wait; none
                 # (a claim's unit, ``partition=()``): the store's lock shared, and its rows' own locks
                 merchants = (self.partition,) if isinstance(self.partition, str) else self.partition
                 # several merchants' locks in one order everywhere (their keys'), so two units of
                 # several merchants never hold one each of two locks the other waits for
                 halves = sorted({_lock_half("merchant", merchant) for merchant in merchants})
-                self.conn.execute(
+                self.keep(
                     "SELECT pg_advisory_xact_lock_shared(%s)"
                     + ", pg_advisory_xact_lock(%s, %s)" * len(halves),
                     (self._write_lock, *(part for half in halves for part in (self._partitions, half))),
@@ -310,43 +390,30 @@ class _PostgresRows(Rows):
             self._locked = True
 
     def write_checked(self, sql: str, params: Any, refused: str) -> bool:
-        """In pipeline mode the write travels with the next statement whose result is read, and checks
-        itself in the server: a write that changed no row divides by zero, which aborts the unit's
-        transaction (its COMMIT then commits nothing) and is raised as KeyError(``refused``) at the
-        unit's end (:meth:`refusal`). So a unit's checked writes (its updates, its moves of money held)
-        wait for no answer, not even one before the COMMIT: a worker's batch of claims or outcomes, a
-        payout's reservation, travel with the COMMIT."""
-        if self._pipeline is None:
-            return super().write_checked(sql, params, refused)
-        checked = f"WITH changed AS ({sql} RETURNING 1) SELECT 1 / count(*) FROM changed"
-        self._updates.append((self.write(checked, params), refused))
+        """The write is kept with the unit's other statements, and checks itself in the server: one
+        that changed no row divides by zero, which aborts the unit's transaction (the COMMIT sent after
+        it commits nothing) and is raised as KeyError(``refused``). So a unit's checked writes (its
+        updates, its moves of money held) wait for no answer: a worker's batch of claims or outcomes,
+        a payout's reservation, travel with the COMMIT."""
+        if not self.writable:
+            raise RuntimeError("write through a read-only transaction")
+        self._lock()
+        checked = self.dialect.sql(f"WITH changed AS ({sql} RETURNING 1) SELECT 1 / count(*) FROM changed")
+        self._refusals.append((self.keep(checked, params), refused))
         return True
 
-    def refusal(self) -> str | None:
-        """After the unit failed: what its first checked write that changed nothing refuses (None when
-        none of them failed)."""
-        for cursor, refused in self._updates:
-            result = cursor.pgresult
-            if result is None or result.status != psycopg.pq.ExecStatus.TUPLES_OK:
-                return refused
-        return None
-
     def one_later(self, sql: str, params: Any = ()) -> Callable[[], Any]:
-        if self._pipeline is None:
-            return super().one_later(sql, params)
-        fetch: Callable[[], Any] = self.run(sql, params).fetchone  # sent; answered with the next sync
-        return fetch
+        answer: _Answer = self.run(sql, params)  # kept: sent with the next answer asked for
+        return answer.fetchone
 
     def changed(self, cursor: Any) -> int:
-        if cursor.rowcount < 0 and self._pipeline is not None:  # its result is still on its way
-            self._pipeline.sync()
         return int(cursor.rowcount)
 
     def execute_many(self, sql: str, rows: list[list[Any]]) -> None:
-        """Every row in one round of statements (psycopg sends them in a pipeline)."""
+        """Every row kept, sent with the unit's next query."""
         self._lock()
-        with self.conn.cursor() as cursor:
-            cursor.executemany(sql, rows)
+        for row in rows:
+            self.keep(sql, row)
 
     def hold_keys(self, namespace: str, keys: Sequence[str]) -> None:
         """The keys' locks in one statement, taken one after another in the keys' order (the order in
@@ -357,7 +424,7 @@ class _PostgresRows(Rows):
             if (namespace, key) not in self._held and half not in halves:
                 halves.append(half)
         if halves:
-            self.conn.execute(
+            self.keep(
                 "SELECT " + ", ".join("pg_advisory_xact_lock(%s, %s)" for _ in halves),
                 [part for half in halves for part in (self._namespace, half)],
             )
@@ -365,9 +432,7 @@ class _PostgresRows(Rows):
 
     def hold_key(self, namespace: str, key: str) -> None:
         if (namespace, key) not in self._held:
-            self.conn.execute(
-                "SELECT pg_advisory_xact_lock(%s, %s)", (self._namespace, _lock_half(namespace, key))
-            )
+            self.keep("SELECT pg_advisory_xact_lock(%s, %s)", (self._namespace, _lock_half(namespace, key)))
             self._held.add((namespace, key))
 
 
@@ -375,7 +440,7 @@ class PostgresTransaction(SqlTransaction):
     """One unit of work on one pooled connection: the repositories of ``ports.UnitOfWork``."""
 
     def __init__(self, conn: psycopg.Connection[Any], **rows: Any) -> None:
-        """``rows``: how its statements run (``writable``, the lock keys, the partition, the pipeline:
+        """``rows``: how its statements run (``writable``, the lock keys, the partition:
         the keyword arguments of ``_PostgresRows``)."""
         self.rows = _PostgresRows(conn, **rows)
         super().__init__(self.rows)
@@ -473,33 +538,26 @@ class PostgresStore:
     def _unit(
         self, begin: str, *, writable: bool, partition: str | tuple[str, ...] | None = None
     ) -> Iterator[PostgresTransaction]:
-        # in pipeline mode: a statement whose result nobody reads yet (BEGIN, the locks, an INSERT, the
-        # COMMIT) is sent with the next one whose result is read, so a unit of work costs one round trip
-        # per result it waits for, plus one for its end
+        # a statement whose answer nobody asks for yet (BEGIN, the locks, an INSERT, a checked write)
+        # is sent with the next one whose answer is asked for, and the rest with the COMMIT: a unit
+        # of work costs one round trip per answer it waits for, plus one for its end
         with self._pool.connection() as conn:
+            unit = PostgresTransaction(
+                conn,
+                writable=writable,
+                write_lock=self._write_lock,
+                rate_namespace=self._rate_namespace,
+                partition=partition,
+                partitions=self._partitions,
+            )
+            unit.rows.keep(begin)
             try:
-                with conn.pipeline() as pipeline:
-                    conn.execute(begin)
-                    unit = PostgresTransaction(
-                        conn,
-                        writable=writable,
-                        write_lock=self._write_lock,
-                        rate_namespace=self._rate_namespace,
-                        partition=partition,
-                        partitions=self._partitions,
-                        pipeline=pipeline,
-                    )
-                    yield unit
-                    conn.execute("COMMIT" if writable else "ROLLBACK")
-                # the pipeline's end waited for every result: an error of a statement nobody read (an
-                # INSERT, a checked write, the COMMIT) was raised there, as one raised in the block was
-            except BaseException as failed:
+                yield unit
+                unit.rows.finish("COMMIT" if writable else "ROLLBACK")
+            except BaseException:
                 if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                     with suppress(psycopg.Error):  # a broken connection: the pool throws it away
                         conn.execute("ROLLBACK")
-                refused = unit.rows.refusal() if isinstance(failed, psycopg.errors.DivisionByZero) else None
-                if refused is not None:
-                    raise KeyError(refused) from None
                 raise
 
     @contextmanager

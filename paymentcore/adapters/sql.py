@@ -406,7 +406,7 @@ class Rows(abc.ABC):
 
     def one_later(self, sql: str, params: Any = ()) -> Callable[[], Any]:
         """The first row a statement answers, read when called: here at once (sqlite3 runs it now), in
-        a pipeline with the next read whose answer is waited for (``_PostgresRows``)."""
+        the PostgreSQL store with the next statement whose answer is asked for (``_PostgresRows``)."""
         row = self.run(sql, params).fetchone()
         return lambda: row
 
@@ -445,7 +445,7 @@ class Rows(abc.ABC):
 
     def write_checked(self, sql: str, params: Any, refused: str) -> bool:
         """A write that must change one row: False when it changed none. A store that checks it with
-        the unit's other such writes (PostgreSQL in a pipeline) answers True at once and fails the unit
+        the unit's other statements (PostgreSQL's, sent together) answers True at once and fails the unit
         at its end with KeyError(``refused``) when it did not."""
         return self.write_count(sql, params) == 1
 
