@@ -275,27 +275,27 @@ class _Answer:
     def known(self, count: int, found: list[Any]) -> None:
         self._count, self._found = count, found
 
-    def _rows_found(self) -> list[Any]:
+    def all_rows(self) -> list[Any]:
         if self._found is None:
             self._rows.send()
         assert self._found is not None
         return self._found
 
     def fetchone(self) -> Any:
-        found = self._rows_found()
+        found = self.all_rows()
         if self._next >= len(found):
             return None
         self._next += 1
         return found[self._next - 1]
 
     def fetchall(self) -> list[Any]:
-        found = self._rows_found()
+        found = self.all_rows()
         rest, self._next = found[self._next :], len(found)
         return rest
 
     @property
     def rowcount(self) -> int:
-        self._rows_found()
+        self.all_rows()
         return self._count
 
 
@@ -331,6 +331,8 @@ class _PostgresRows(Rows):
         self._kept: list[tuple[str, _Answer]] = []  # statements not sent yet, bound, with their answers
         self._refusals: list[tuple[_Answer, str]] = []  # the checked writes, with what each refuses
         self._began = False  # a query of this unit has been sent
+        self._failed = False  # one of its queries failed: the transaction is aborted, nothing commits
+        self._status = ""  # the command tag of the last statement sent
 
     def keep(self, sql: str, params: Any = ()) -> _Answer:
         """Keep a statement to send with the next one whose answer is asked for."""
@@ -346,15 +348,22 @@ class _PostgresRows(Rows):
             kept.append((last, _Answer(self)))
         if not kept:
             return
+        if self._failed:
+            raise RuntimeError("a statement of this unit failed: its transaction is aborted")
         cursor = self._cursor
         self._began = True
         try:
             cursor.execute("; ".join(text for text, _ in kept))
         except psycopg.errors.DivisionByZero:  # a checked write changed nothing (write_checked)
+            self._failed = True
             sent = {id(answer) for _, answer in kept}
             refusals = [refused for answer, refused in self._refusals if id(answer) in sent]
             raise KeyError(refusals[0] if len(refusals) == 1 else " or ".join(refusals)) from None
+        except BaseException:
+            self._failed = True
+            raise
         for _, answer in kept:
+            self._status = cursor.statusmessage or ""
             answer.known(cursor.rowcount, cursor.fetchall() if cursor.description else [])
             cursor.nextset()
 
@@ -365,6 +374,8 @@ class _PostgresRows(Rows):
             self._kept.clear()
             return
         self.send(last)
+        if last == "COMMIT" and self._status != "COMMIT":  # PostgreSQL answers ROLLBACK to an aborted one
+            raise RuntimeError(f"the unit's COMMIT was answered {self._status or 'nothing'}: nothing written")
 
     def execute(self, sql: str, params: Any = (), *, lock: bool = True) -> Any:
         if lock:
@@ -398,13 +409,19 @@ class _PostgresRows(Rows):
         if not self.writable:
             raise RuntimeError("write through a read-only transaction")
         self._lock()
-        checked = self.dialect.sql(f"WITH changed AS ({sql} RETURNING 1) SELECT 1 / count(*) FROM changed")
+        exactly_one = "SELECT 1 / (count(*) = 1)::int FROM changed"  # 1 / 0 unless one row changed
+        checked = self.dialect.sql(f"WITH changed AS ({sql} RETURNING 1) {exactly_one}")
         self._refusals.append((self.keep(checked, params), refused))
         return True
 
     def one_later(self, sql: str, params: Any = ()) -> Callable[[], Any]:
         answer: _Answer = self.run(sql, params)  # kept: sent with the next answer asked for
-        return answer.fetchone
+
+        def first() -> Any:  # the same row however often it is asked for, as on the other stores
+            found = answer.all_rows()
+            return found[0] if found else None
+
+        return first
 
     def changed(self, cursor: Any) -> int:
         return int(cursor.rowcount)

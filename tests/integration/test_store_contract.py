@@ -1666,6 +1666,22 @@ def test_shift_moves_held_money_and_a_refused_one_writes_nothing_of_its_unit(sto
         assert tx.ledger.balances("mer_2") == []
 
 
+def test_a_unit_that_goes_on_after_its_refused_write_commits_nothing(store: Store) -> None:
+    """Where a refused write fails its unit at once (the memory store, SQLite) there is nothing to go on
+    with; where it fails when sent with a later statement (PostgreSQL), code that catches that failure
+    and carries on must not see the unit committed."""
+    with store.transaction() as tx:
+        tx.ledger.move("mer_1", "XAF", available=10, credited=10)
+    with pytest.raises((KeyError, RuntimeError)), store.transaction() as tx:
+        tx.ledger.move("mer_1", "XAF", available=-3, reserved=3)
+        if not tx.ledger.shift("mer_1", "XAF", reserved=-5, paid_out=5):  # refused at once
+            raise KeyError("refused at once")
+        with contextlib.suppress(KeyError):  # swallowed: the unit must still not commit
+            tx.ledger.balance("mer_1", "XAF")  # sends the refused shift: its unit is aborted
+    with store.read() as tx:
+        assert tx.ledger.balance("mer_1", "XAF") == Balance("mer_1", "XAF", available=10, credited=10)
+
+
 def test_rate_buckets_count_per_key_and_width_and_purge_by_start(store: Store) -> None:
     with store.transaction() as tx:
         assert tx.rates.buckets("key_1", 1_000, 0) == []
