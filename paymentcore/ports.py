@@ -437,9 +437,11 @@ class LedgerRepository(Protocol):
         """
         ...
 
-    def shift(self, merchant_id: str, currency: str, **amounts: int) -> bool:
-        """:meth:`move` of money the balance holds (a reservation paid out or released; ``amounts`` by
-        account: ``available``, ``reserved``, ``paid_out``, summing to zero), whose new balance nobody
+    def shift(
+        self, merchant_id: str, currency: str, *, available: int = 0, reserved: int = 0, paid_out: int = 0
+    ) -> bool:
+        """:meth:`move` of money the balance holds between its accounts (a reservation paid out or
+        released; the amounts sum to zero), whose new balance nobody
         reads: False, writing nothing, when an account would go below zero or the balance is missing.
         A store may check it with the unit's end instead, answering True at once (PostgreSQL: sent with
         the unit's other statements and checked in the server, so a batch of them waits for no answer

@@ -195,7 +195,7 @@ class Disburse:
         except PaymentError as error:
             checked, refused = None, error
         code = None if checked is None else checked.currency.code
-        asked_for: list[tuple[Transaction, int, Callable[[], PayoutInputs]]] = []
+        asked_for: list[Callable[[], PayoutInputs]] = []  # by prepare, in the body's own transaction
 
         def ask(tx: Transaction, now: int) -> Callable[[], PayoutInputs]:
             """Everything the checks read, in one statement."""
@@ -203,11 +203,10 @@ class Disburse:
             return tx.payouts.inputs_later(merchant_id, code, day_since=day, week_since=week)
 
         def prepare(tx: Transaction, now: int) -> None:  # asked with the idempotency key's lookup
-            asked_for.append((tx, now, ask(tx, now)))
+            asked_for.append(ask(tx, now))
 
         def body(tx: Transaction, now: int) -> Payout:
-            sent = asked_for[-1] if asked_for else None
-            inputs = (sent[2] if sent is not None and sent[0] is tx and sent[1] == now else ask(tx, now))()
+            inputs = (asked_for.pop() if asked_for else ask(tx, now))()
             if not inputs.settings.payouts_enabled:  # before any other check, as the API documents
                 raise CapabilityDisabledError(BlockedBy.PLATFORM.message(""))
             if refused is not None:

@@ -592,10 +592,13 @@ class _Ledger(_Repository):
         self.put_balance(new)
         return new
 
-    def shift(self, merchant_id: str, currency: str, **amounts: int) -> bool:
+    def shift(
+        self, merchant_id: str, currency: str, *, available: int = 0, reserved: int = 0, paid_out: int = 0
+    ) -> bool:
         if self._t.get("balances", (merchant_id, currency)) is None:  # as the SQL update finds no row
             return False
-        return self.move(merchant_id, currency, **amounts) is not None
+        moved = self.move(merchant_id, currency, available=available, reserved=reserved, paid_out=paid_out)
+        return moved is not None
 
     def append(self, entry: LedgerEntry) -> None:
         self._t.insert("entries", entry.id, entry)

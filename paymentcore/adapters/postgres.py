@@ -406,12 +406,10 @@ class _PostgresRows(Rows):
         it commits nothing) and is raised as KeyError(``refused``). So a unit's checked writes (its
         updates, its moves of money held) wait for no answer: a worker's batch of claims or outcomes,
         a payout's reservation, travel with the COMMIT."""
-        if not self.writable:
-            raise RuntimeError("write through a read-only transaction")
-        self._lock()
         exactly_one = "SELECT 1 / (count(*) = 1)::int FROM changed"  # 1 / 0 unless one row changed
-        checked = self.dialect.sql(f"WITH changed AS ({sql} RETURNING 1) {exactly_one}")
-        self._refusals.append((self.keep(checked, params), refused))
+        self._refusals.append(
+            (self.write(f"WITH changed AS ({sql} RETURNING 1) {exactly_one}", params), refused)
+        )
         return True
 
     def one_later(self, sql: str, params: Any = ()) -> Callable[[], Any]:
@@ -422,9 +420,6 @@ class _PostgresRows(Rows):
             return found[0] if found else None
 
         return first
-
-    def changed(self, cursor: Any) -> int:
-        return int(cursor.rowcount)
 
     def execute_many(self, sql: str, rows: list[list[Any]]) -> None:
         """Every row kept, sent with the unit's next query."""
@@ -559,14 +554,7 @@ class PostgresStore:
         # is sent with the next one whose answer is asked for, and the rest with the COMMIT: a unit
         # of work costs one round trip per answer it waits for, plus one for its end
         with self._pool.connection() as conn:
-            unit = PostgresTransaction(
-                conn,
-                writable=writable,
-                write_lock=self._write_lock,
-                rate_namespace=self._rate_namespace,
-                partition=partition,
-                partitions=self._partitions,
-            )
+            unit = self._transaction(conn, writable=writable, partition=partition)
             unit.rows.keep(begin)
             try:
                 yield unit
@@ -656,13 +644,19 @@ class PostgresStore:
         """A read of independent facts (``ports.GlancingStore``): its statements run outside any
         transaction, each in a snapshot of its own, so a lookup of one statement is one round trip."""
         with self._pool.connection() as conn:
-            yield PostgresTransaction(
-                conn,
-                writable=False,
-                write_lock=self._write_lock,
-                rate_namespace=self._rate_namespace,
-                partitions=self._partitions,
-            )
+            yield self._transaction(conn, writable=False)
+
+    def _transaction(
+        self, conn: psycopg.Connection[Any], *, writable: bool, partition: str | tuple[str, ...] | None = None
+    ) -> PostgresTransaction:
+        return PostgresTransaction(
+            conn,
+            writable=writable,
+            write_lock=self._write_lock,
+            rate_namespace=self._rate_namespace,
+            partition=partition,
+            partitions=self._partitions,
+        )
 
     def ping(self, timeout: float = 0.5) -> None:
         """A trivial query on a pooled connection, giving up after about ``timeout`` seconds; a server

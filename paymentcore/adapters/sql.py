@@ -1039,8 +1039,11 @@ class _Batches(_Repository):
 # --- the ledger ------------------------------------------------------------------------------------
 
 
-#: the balance's accounts a shift moves money between, as its statement names their amounts
-_SHORT = {"available": "a", "reserved": "r", "paid_out": "p"}
+def _moved(
+    merchant_id: str, currency: str, available: int, reserved: int, paid_out: int, credited: int
+) -> dict[str, Any]:
+    """The parameters of a balance's conditional update (``_Ledger._SHIFT``)."""
+    return {"m": merchant_id, "c": currency, "a": available, "r": reserved, "p": paid_out, "k": credited}
 
 
 class _Ledger(_Repository):
@@ -1073,14 +1076,7 @@ class _Ledger(_Repository):
         paid_out: int = 0,
         credited: int = 0,
     ) -> Balance | None:
-        amounts = {
-            "m": merchant_id,
-            "c": currency,
-            "a": available,
-            "r": reserved,
-            "p": paid_out,
-            "k": credited,
-        }
+        amounts = _moved(merchant_id, currency, available, reserved, paid_out, credited)
         # one conditional statement: the row changes only if no account goes below zero (PostgreSQL
         # waits for a concurrent move of the row and checks the condition again on what it left)
         row = self._rows.write(self._MOVE, amounts).fetchone()
@@ -1097,12 +1093,13 @@ class _Ledger(_Repository):
         moved: Balance | None = None if row is None else _BALANCES.decode(row)
         return moved
 
-    def shift(self, merchant_id: str, currency: str, **amounts: int) -> bool:
+    def shift(
+        self, merchant_id: str, currency: str, *, available: int = 0, reserved: int = 0, paid_out: int = 0
+    ) -> bool:
         # move's conditional statement without its RETURNING: the new balance is not read
-        params = {"m": merchant_id, "c": currency, "k": 0, "a": 0, "r": 0, "p": 0}
-        params.update({_SHORT[name]: amount for name, amount in amounts.items()})
+        amounts = _moved(merchant_id, currency, available, reserved, paid_out, 0)
         refused = f"balances: the {currency} balance of {merchant_id} does not hold the move"
-        return self._rows.write_checked(self._SHIFT, params, refused)
+        return self._rows.write_checked(self._SHIFT, amounts, refused)
 
     def append(self, entry: LedgerEntry) -> None:
         self._rows.insert(_ENTRIES, entry)
