@@ -97,6 +97,9 @@ class SqliteStore:
         enable_wal(conn, self._busy_timeout_ms / 1000)
         conn.execute(f"PRAGMA synchronous = {self._synchronous}")
         conn.execute("PRAGMA foreign_keys = ON")
+        # a unit's savepoint keeps the pages it changes in a statement journal; in a file (the default)
+        # that is a temporary file opened and written in every write transaction
+        conn.execute("PRAGMA temp_store = MEMORY")
         return conn
 
     def _conn(self) -> sqlite3.Connection:
