@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 
+import attrs
 import psycopg
 import pytest
 from test_store_contract import NOW, api_key, merchant, payout  # type: ignore[import-not-found, unused-ignore]
@@ -147,3 +148,45 @@ def test_inputs_asked_before_another_read_answer_what_inputs_answer(store: Store
         found = later()
         assert found == tx.payouts.inputs("mer_1", "XAF", day_since=day_since, week_since=week_since)
         assert (found.merchant, found.spent_day, found.available) == (merchant(), 300, 700)
+
+
+def _prepared_on(conn: psycopg.Connection[tuple[object, ...]]) -> set[str]:
+    rows = conn.execute("SELECT statement FROM pg_prepared_statements").fetchall()
+    return {str(row[0]) for row in rows}
+
+
+def test_on_postgresql_a_statement_sent_again_is_prepared_and_one_it_cannot_prepare_still_runs(
+    store: Store,
+) -> None:
+    """A statement a connection sends a second time is prepared on it, between units, and from then on
+    sent as EXECUTE with its values, answering as before; one PostgreSQL refuses to prepare (a value
+    whose type it cannot infer) is sent as text, and its units commit."""
+    if not isinstance(store, PostgresStore):
+        pytest.skip("statements are prepared on PostgreSQL's connections only")
+    with store.transaction() as tx:
+        tx.merchants.put(merchant())
+    one = PostgresStore(store.url, pool_size=1, migrate=False)  # every unit on the same connection
+    try:
+        answers = []
+        for _ in range(3):
+            with one.read() as view:
+                answers.append(view.merchants.get("mer_1"))
+        assert answers == [merchant()] * 3
+        with one.glance() as tx:
+            conn = tx.rows.conn
+            prepared = _prepared_on(conn)
+            assert any("FROM merchants WHERE id = $1" in text for text in prepared), prepared
+            assert any(call.startswith("EXECUTE pc_") for call in tx.rows.prepared.calls.values())
+        untyped = "SELECT count(*) FROM merchants WHERE ? IS NULL OR id = ?"
+        for n in range(3):
+            with one.transaction() as tx:
+                assert tx.rows.count(untyped, (None, "mer_1")) == 1
+                tx.merchants.put(attrs.evolve(merchant(), name=f"Renamed {n}"))
+        with one.glance() as tx:
+            assert tx.rows.dialect.sql(untyped) in tx.rows.prepared.refused
+            assert not any("IS NULL OR id" in text for text in _prepared_on(tx.rows.conn))
+        with one.read() as view:
+            found = view.merchants.get("mer_1")
+            assert found is not None and found.name == "Renamed 2"
+    finally:
+        one.close()
