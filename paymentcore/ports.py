@@ -826,9 +826,14 @@ class CollectionRequest:
 
 @attrs.frozen
 class CollectionResult:
+    """The network's answer about a collection. ``check_after_ms``, on a PENDING answer: when the network
+    expects to know more, in ms from now (as HTTP's Retry-After); the worker then asks again no sooner
+    than that (nor sooner than its poll interval, nor later than the prompt's timeout). None: unknown."""
+
     outcome: NetworkOutcome
     failure_category: str | None = None
     failure_reason: str | None = None
+    check_after_ms: int | None = None
 
 
 @attrs.frozen
@@ -848,12 +853,15 @@ class PayoutResult:
     """The network's answer about a payout.
 
     On send: SUCCESS means accepted (SENT), FAILED means refused. On a status check: PENDING means still
-    SENT, SUCCESS means the recipient has it, FAILED means it did not complete.
+    SENT, SUCCESS means the recipient has it, FAILED means it did not complete. ``check_after_ms``, on a
+    PENDING answer: when the network expects to know more, in ms from now (as HTTP's Retry-After); the
+    worker then asks again no sooner than that, nor sooner than its poll interval. None: unknown.
     """
 
     outcome: NetworkOutcome
     provider_reference: str | None = None
     reason: str | None = None
+    check_after_ms: int | None = None
 
 
 class NetworkError(Exception):

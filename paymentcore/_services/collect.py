@@ -66,7 +66,7 @@ from paymentcore._domain.records import (
 from paymentcore._services import ledger as ledger
 from paymentcore._services.deps import Deps, require_merchant
 from paymentcore._services.idempotency import Answer, Idempotency, check_key
-from paymentcore._services.work import LANE_DEPTH, Due, Runner
+from paymentcore._services.work import LANE_DEPTH, Due, Runner, check_again_at
 from paymentcore.ports import CollectionRequest, CollectionResult, NetworkError, NetworkOutcome, Transaction
 
 FINAL = (CollectionStatus.SUCCESS, CollectionStatus.FAILED)
@@ -558,7 +558,7 @@ class Collect:
         result = outcome.result
         timeout_at = (claim.submitted_at or 0) + self._deps.config.prompt_timeout_seconds * 1000
         if result is None:
-            self._recheck(tx, current, now)
+            self._recheck(tx, current, now, None, timeout_at)
         elif result.outcome is NetworkOutcome.SUCCESS:
             self._settle(tx, current, now)
         elif result.outcome is NetworkOutcome.FAILED:
@@ -567,11 +567,14 @@ class Collect:
         elif outcome.checked_at >= timeout_at:
             self._fail(tx, current, TIMEOUT, "The payer did not answer in time.", now)
         else:
-            self._recheck(tx, current, now)
+            self._recheck(tx, current, now, result.check_after_ms, timeout_at)
         return False
 
-    def _recheck(self, tx: Transaction, current: models.Collection, now: int) -> None:
-        next_at = now + int(self._deps.config.poll_interval_seconds * 1000)
+    def _recheck(
+        self, tx: Transaction, current: models.Collection, now: int, hint_ms: int | None, timeout_at: int
+    ) -> None:
+        poll_ms = int(self._deps.config.poll_interval_seconds * 1000)
+        next_at = check_again_at(now, poll_ms, hint_ms, latest=timeout_at)
         tx.collections.update(attrs.evolve(current, next_check_at=next_at))
 
     def _settle(self, tx: Transaction, current: models.Collection, now: int) -> None:

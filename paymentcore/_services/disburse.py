@@ -93,7 +93,7 @@ from paymentcore._services import ledger as ledger
 from paymentcore._services.audit import DEFAULT_ACTOR
 from paymentcore._services.deps import Deps, require_merchant
 from paymentcore._services.idempotency import Answer, Idempotency, check_key
-from paymentcore._services.work import LANE_DEPTH, Due, Runner
+from paymentcore._services.work import LANE_DEPTH, Due, Runner, check_again_at
 from paymentcore.ports import (
     NetworkError,
     NetworkOutcome,
@@ -809,28 +809,42 @@ class Disburse:
     def record(self, tx: Transaction, claim: models.Payout, outcome: _NetworkAnswer, now: int) -> bool:
         """Write what the network said; never a next step at once: a status check that failed right
         after the hand-over is made again at the next poll, as any status check that fails."""
+        status = outcome.status
         if not outcome.handed_over:
             self._after_check(tx, claim.reference, outcome.result, now)
-        elif outcome.status is None:  # refused, or taken and its status not learnt
-            self._after_send(tx, claim.reference, outcome.result, now, check_at=now + self._poll_ms())
+        elif status is None or status.outcome is NetworkOutcome.PENDING:
+            # refused; taken and its status not learnt; or taken and not completed yet: one write, the
+            # status asked again at the next poll (or when the network said it would know)
+            check_at = self._check_again(now, status)
+            self._after_send(tx, claim.reference, outcome.result, now, check_at=check_at, status=status)
         elif self._after_send(tx, claim.reference, outcome.result, now, check_at=now):
-            self._after_check(tx, claim.reference, outcome.status, now)
+            self._after_check(tx, claim.reference, status, now)
         return False
 
-    def _poll_ms(self) -> int:
-        return int(self._deps.config.poll_interval_seconds * 1000)
+    def _check_again(self, now: int, status: PayoutResult | None) -> int:
+        poll_ms = int(self._deps.config.poll_interval_seconds * 1000)
+        return check_again_at(now, poll_ms, None if status is None else status.check_after_ms)
 
     def _after_send(
-        self, tx: Transaction, reference: str, result: PayoutResult, now: int, *, check_at: int
+        self,
+        tx: Transaction,
+        reference: str,
+        result: PayoutResult,
+        now: int,
+        *,
+        check_at: int,
+        status: PayoutResult | None = None,
     ) -> bool:
-        """Record the hand-over (SENT, its status asked at ``check_at``); True when the network took it."""
+        """Record the hand-over (SENT, its status asked at ``check_at``); True when the network took it.
+        ``status``: a PENDING answer asked right after, whose reference is kept if the hand-over had none."""
         payout = self._require(tx, reference)
         if payout.status is not PayoutStatus.PENDING:
             return False
         if result.outcome is NetworkOutcome.FAILED:
             self._fail(tx, payout, result.reason or "The network refused the payout.", now)
             return False
-        sent = payout.mark_sent(now, provider_reference=result.provider_reference, next_check_at=check_at)
+        provider_reference = result.provider_reference or (status.provider_reference if status else None)
+        sent = payout.mark_sent(now, provider_reference=provider_reference, next_check_at=check_at)
         tx.payouts.update(sent)
         self._tell(sent.status)
         self._emit(tx, sent, EventType.DISBURSE_SENT, now)
@@ -847,8 +861,7 @@ class Disburse:
         elif result.outcome is NetworkOutcome.FAILED:
             self._fail(tx, payout, result.reason or "The network did not complete the payout.", now)
         else:
-            next_at = now + self._poll_ms()
-            tx.payouts.update(attrs.evolve(payout, next_check_at=next_at))
+            tx.payouts.update(attrs.evolve(payout, next_check_at=self._check_again(now, result)))
 
     # --- shared steps ----------------------------------------------------------------------------
 

@@ -26,7 +26,7 @@ import attrs
 from paymentcore._domain.queries import in_turns
 from paymentcore.ports import Clock, Store, Transaction
 
-__all__ = ["LANE_DEPTH", "Claimed", "Due", "Pump", "Runner", "Task"]
+__all__ = ["LANE_DEPTH", "Claimed", "Due", "Pump", "Runner", "Task", "check_again_at"]
 
 log = logging.getLogger("paymentcore.worker")
 
@@ -34,6 +34,19 @@ log = logging.getLogger("paymentcore.worker")
 #: a lane runs a few items at a time, and a listing is read again when it is used up, so a deeper one
 #: would only decode rows that wait for the next listing anyway
 LANE_DEPTH = 64
+
+
+
+def check_again_at(now: int, poll_ms: int, hint_ms: int | None, *, latest: int | None = None) -> int:
+    """When to ask the network again about an item it answered PENDING: after the poll interval, or
+    after the wait the network named (``hint_ms``, its ``check_after_ms``) when that is longer, so
+    an answer known to come in 2 s costs one status check, not one a poll; never after ``latest`` (a
+    deadline of the item's own) unless that is within one poll."""
+    at = now + max(poll_ms, hint_ms or 0)
+    if latest is not None:
+        at = min(at, max(latest, now + poll_ms))
+    return at
+
 
 ClaimT = TypeVar("ClaimT")
 OutcomeT = TypeVar("OutcomeT")

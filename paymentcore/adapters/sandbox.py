@@ -95,8 +95,9 @@ class SandboxNetwork:
 
     def collection_status(self, request: CollectionRequest, now: int) -> CollectionResult:
         self._maybe_hang(request.provider, request.phone)
-        if now < request.submitted_at + self.delay_ms:
-            return CollectionResult(NetworkOutcome.PENDING)
+        answers_at = request.submitted_at + self.delay_ms
+        if now < answers_at:  # and it says when it will answer
+            return CollectionResult(NetworkOutcome.PENDING, check_after_ms=answers_at - now)
         failure = COLLECTION_FAILURES.get(_tail(request.phone)) if request.phone else None
         if failure is not None:
             return CollectionResult(NetworkOutcome.FAILED, failure[0], failure[1])
@@ -128,8 +129,13 @@ class SandboxNetwork:
         self._maybe_hang(request.provider, request.phone)
         tail = _tail(request.phone)
         ref = self.provider_reference(request.reference)
-        if tail == PAYOUT_NEVER_CONFIRMED or now < request.sent_at + self.delay_ms:
+        if tail == PAYOUT_NEVER_CONFIRMED:
             return PayoutResult(NetworkOutcome.PENDING, provider_reference=ref)
+        answers_at = request.sent_at + self.delay_ms
+        if now < answers_at:  # and it says when it will answer
+            return PayoutResult(
+                NetworkOutcome.PENDING, provider_reference=ref, check_after_ms=answers_at - now
+            )
         if tail == PAYOUT_FAILS_AFTER_SENDING:
             return PayoutResult(
                 NetworkOutcome.FAILED,

@@ -274,3 +274,79 @@ def test_a_hand_over_the_network_refuses_is_not_asked_about(
     assert outcome is not None and asked.checks == 0
     assert runner.record_many([(one, outcome)]) == []
     assert core.disburse.get(merchant_id, reference).status is PayoutStatus.FAILED
+
+
+class _CountedStatus:
+    """The sandbox, with its status checks (payouts' and collections') counted."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.payout_checks = 0
+        self.collection_checks = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def payout_status(self, request: Any, now: int) -> Any:
+        self.payout_checks += 1
+        return self.inner.payout_status(request, now)
+
+    def collection_status(self, request: Any, now: int) -> Any:
+        self.collection_checks += 1
+        return self.inner.collection_status(request, now)
+
+
+def _step(runner: Any) -> int:
+    """One round of the worker by hand: claim what is due, act, record, and so on with the items
+    claimed for a next step at once (a collection's status, right after its prompt); how many items
+    it took."""
+    claimed = runner.claim_many(runner.due(10))
+    taken = len(claimed)
+    while claimed:
+        done = [(claim, runner.act(claim)) for claim in claimed]
+        claimed = runner.record_many([(claim, outcome) for claim, outcome in done if outcome is not None])
+    return taken
+
+
+@pytest.mark.parametrize("kind", STORE_KINDS)
+@pytest.mark.parametrize("delay", [2.0, 0.5])
+def test_a_pending_answer_is_asked_again_when_the_network_said_it_would_know(
+    kind: str, delay: float, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sandbox answers after its delay and, while pending, says when. With a 2 s delay and the
+    1 s poll a payout costs two status checks (one right after the hand-over, one at 2 s), not three,
+    and its hand-over and first PENDING answer are one write; a wait shorter than the poll (0.5 s)
+    changes nothing: the next check is at the poll. A collection likewise."""
+    clock = FakeClock(1_767_225_600_000)
+    core = make_core(kind, tmp_path, clock, sandbox_delay=delay)
+    try:
+        counted = _CountedStatus(core.deps.network)
+        monkeypatch.setattr(core.deps, "network", counted)
+        poll = core.config.poll_interval_seconds
+        assert poll == 1.0
+        merchant_id, [reference] = _payouts(core, 1)
+        charge = core.collect.charge(
+            merchant_id, amount=500, currency="XAF", country="CM", provider="mtn_cm", phone="670000001"
+        )
+        started = clock.now()
+        runner, collecting = core.disburse.runner, core.collect.runner
+        assert _step(runner) == 1 and counted.payout_checks == 1  # handed over, asked at once: pending
+        sent = core.disburse.get(merchant_id, reference)
+        assert sent.status is PayoutStatus.SENT and sent.provider_reference
+        assert _step(collecting) == 1  # the prompt, then its status asked at once
+        assert counted.collection_checks == 1
+        wait_ms = max(int(delay * 1000), 1000)
+        with core.store.read() as tx:
+            assert tx.payouts.get(reference).next_check_at == started + wait_ms
+            assert tx.collections.get(charge.reference).next_check_at == started + wait_ms
+        clock.advance(poll)
+        if delay > poll:  # nothing is asked at the poll: the answer is known to come later
+            assert _step(runner) == 0 and _step(collecting) == 0
+            clock.advance(delay - poll)
+        assert _step(runner) == 1 and _step(collecting) == 1
+        assert counted.payout_checks == 2 and counted.collection_checks == 2
+        assert core.disburse.get(merchant_id, reference).status is PayoutStatus.PAID
+        assert core.collect.get(merchant_id, charge.reference).status.value == "SUCCESS"
+        _check_money(core, merchant_id, 1)
+    finally:
+        core.close()
