@@ -567,14 +567,21 @@ class Collect:
         elif outcome.checked_at >= timeout_at:
             self._fail(tx, current, TIMEOUT, "The payer did not answer in time.", now)
         else:
-            self._recheck(tx, current, now, result.check_after_ms, timeout_at)
+            self._recheck(tx, current, now, result.check_after_ms, timeout_at, asked_at=outcome.checked_at)
         return False
 
     def _recheck(
-        self, tx: Transaction, current: models.Collection, now: int, hint_ms: int | None, timeout_at: int
+        self,
+        tx: Transaction,
+        current: models.Collection,
+        now: int,
+        hint_ms: int | None,
+        timeout_at: int,
+        *,
+        asked_at: int | None = None,
     ) -> None:
         poll_ms = int(self._deps.config.poll_interval_seconds * 1000)
-        next_at = check_again_at(now, poll_ms, hint_ms, latest=timeout_at)
+        next_at = check_again_at(now, poll_ms, hint_ms, asked_at=asked_at, latest=timeout_at)
         tx.collections.update(attrs.evolve(current, next_check_at=next_at))
 
     def _settle(self, tx: Transaction, current: models.Collection, now: int) -> None:

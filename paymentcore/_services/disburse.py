@@ -131,6 +131,8 @@ class _NetworkAnswer:
     handed_over: bool
     result: PayoutResult
     status: PayoutResult | None = None
+    #: when the status it holds was asked (a wait the network named counts from then)
+    asked_at: int | None = None
 
 
 class Disburse:
@@ -792,38 +794,42 @@ class Disburse:
         request = _request_of(claim)
         try:
             if claim.status is not PayoutStatus.PENDING:
-                return _NetworkAnswer(handed_over=False, result=network.payout_status(request, now))
+                return _NetworkAnswer(
+                    handed_over=False, result=network.payout_status(request, now), asked_at=now
+                )
             sent = network.send_payout(request)
         except NetworkError:
             return None  # the lease runs out and a worker tries again, with the same reference
         if sent.outcome is NetworkOutcome.FAILED:
             return _NetworkAnswer(handed_over=True, result=sent)
+        asked_at = self._deps.clock.now()
         try:  # what the step after the hand-over would ask, asked before it is written (one write)
-            status: PayoutResult | None = network.payout_status(request, self._deps.clock.now())
+            status: PayoutResult | None = network.payout_status(request, asked_at)
         except Exception as error:  # nothing of it may cost the hand-over: written, asked at the next poll
             if not isinstance(error, NetworkError):
                 log.exception("payout %s: the status check after its hand-over failed", claim.reference)
             status = None
-        return _NetworkAnswer(handed_over=True, result=sent, status=status)
+        return _NetworkAnswer(handed_over=True, result=sent, status=status, asked_at=asked_at)
 
     def record(self, tx: Transaction, claim: models.Payout, outcome: _NetworkAnswer, now: int) -> bool:
         """Write what the network said; never a next step at once: a status check that failed right
         after the hand-over is made again at the next poll, as any status check that fails."""
-        status = outcome.status
+        status, asked_at = outcome.status, outcome.asked_at
         if not outcome.handed_over:
-            self._after_check(tx, claim.reference, outcome.result, now)
+            self._after_check(tx, claim.reference, outcome.result, now, asked_at=asked_at)
         elif status is None or status.outcome is NetworkOutcome.PENDING:
             # refused; taken and its status not learnt; or taken and not completed yet: one write, the
             # status asked again at the next poll (or when the network said it would know)
-            check_at = self._check_again(now, status)
+            check_at = self._check_again(now, status, asked_at)
             self._after_send(tx, claim.reference, outcome.result, now, check_at=check_at, status=status)
         elif self._after_send(tx, claim.reference, outcome.result, now, check_at=now):
-            self._after_check(tx, claim.reference, status, now)
+            self._after_check(tx, claim.reference, status, now, asked_at=asked_at)
         return False
 
-    def _check_again(self, now: int, status: PayoutResult | None) -> int:
+    def _check_again(self, now: int, status: PayoutResult | None, asked_at: int | None) -> int:
         poll_ms = int(self._deps.config.poll_interval_seconds * 1000)
-        return check_again_at(now, poll_ms, None if status is None else status.check_after_ms)
+        hint = None if status is None else status.check_after_ms
+        return check_again_at(now, poll_ms, hint, asked_at=asked_at)
 
     def _after_send(
         self,
@@ -850,7 +856,9 @@ class Disburse:
         self._emit(tx, sent, EventType.DISBURSE_SENT, now)
         return True
 
-    def _after_check(self, tx: Transaction, reference: str, result: PayoutResult, now: int) -> None:
+    def _after_check(
+        self, tx: Transaction, reference: str, result: PayoutResult, now: int, *, asked_at: int | None = None
+    ) -> None:
         payout = self._require(tx, reference)
         if payout.status is not PayoutStatus.SENT:
             return
@@ -861,7 +869,7 @@ class Disburse:
         elif result.outcome is NetworkOutcome.FAILED:
             self._fail(tx, payout, result.reason or "The network did not complete the payout.", now)
         else:
-            tx.payouts.update(attrs.evolve(payout, next_check_at=self._check_again(now, result)))
+            tx.payouts.update(attrs.evolve(payout, next_check_at=self._check_again(now, result, asked_at)))
 
     # --- shared steps ----------------------------------------------------------------------------
 

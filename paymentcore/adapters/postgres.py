@@ -31,7 +31,7 @@ import hashlib
 import re
 import secrets
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
 
@@ -266,9 +266,44 @@ _PREPARABLE = ("SELECT", "INSERT", "UPDATE", "DELETE", "WITH")
 #: a listing's rare shape, is not worth a round trip) ...
 PREPARE_AT_USE = 2
 #: ... and a connection prepares at most this many (the server keeps each one's plan for the
-#: connection's life)
+#: connection's life), and counts the uses of at most this many not prepared (then starts again)
 MAX_PREPARED = 200
-_PLACEHOLDER = re.compile(r"%%|%s")
+MAX_COUNTED = 1000
+#: a literal %, a positional value, a named value (psycopg's placeholders; one statement uses one kind)
+_PLACEHOLDER = re.compile(r"%%|%s|%\((\w+)\)s")
+#: what PostgreSQL answers to an EXECUTE whose statement is gone (DEALLOCATE, DISCARD) or whose plan a
+#: change of the schema made impossible ("cached plan must not change result type")
+PREPARED_STALE = ("26000", "0A000")
+
+
+def _numbered(sql: str, named: bool) -> tuple[str, str] | None:
+    """``sql`` with its placeholders numbered for PREPARE ($1, $2, ...: a named value once, however
+    often it appears), and the values' placeholders in that order for its EXECUTE; None when its
+    placeholders are not all of the kind its values are (positional or named)."""
+    names: dict[str, int] = {}
+    count = 0
+    mixed = False
+
+    def number(found: re.Match[str]) -> str:
+        nonlocal count, mixed
+        if found.group() == "%%":
+            return "%"
+        name = found.group(1)
+        if (name is not None) != named:
+            mixed = True
+            return found.group()
+        if name is None:
+            count += 1
+            return f"${count}"
+        if name not in names:
+            names[name] = len(names) + 1
+        return f"${names[name]}"
+
+    numbered = _PLACEHOLDER.sub(number, sql)
+    if mixed:
+        return None
+    values = [f"%({name})s" for name in names] if named else ["%s"] * count
+    return numbered, ", ".join(values)
 
 
 class _Prepared:
@@ -279,7 +314,9 @@ class _Prepared:
 
     A statement is prepared between units, on the idle connection, in a query of its own: PREPARE is
     no part of a transaction (it stays when one rolls back), and one that PostgreSQL refuses (a value
-    whose type it cannot infer) is then sent as text for good, failing nothing."""
+    whose type it cannot infer) is then sent as text for good, failing nothing. When an EXECUTE finds
+    its statement gone or stale (:data:`PREPARED_STALE`), the unit fails as any failed statement fails
+    it, and the connection forgets everything it prepared (``PostgresStore._unit``)."""
 
     __slots__ = ("calls", "refused", "uses", "waiting")
 
@@ -287,7 +324,7 @@ class _Prepared:
         self.calls: dict[str, str] = {}  # statement -> its EXECUTE, with a placeholder per value
         self.uses: dict[str, int] = {}  # statements not prepared (yet): how often sent
         self.refused: set[str] = set()
-        self.waiting: list[str] = []  # to prepare once the connection is idle
+        self.waiting: list[tuple[str, bool]] = []  # to prepare once the connection is idle (named?)
 
     def bound(self, cursor: psycopg.ClientCursor[Any], sql: str, params: Any) -> str:
         """``sql`` with ``params``, as the statement to send: its EXECUTE when it is prepared."""
@@ -295,41 +332,45 @@ class _Prepared:
         if call is not None:
             return cursor.mogrify(call, params)
         text = cursor.mogrify(sql, params)  # first: a statement that does not bind raises here
-        if sql not in self.refused and sql.startswith(_PREPARABLE) and isinstance(params, list | tuple):
+        if (
+            len(self.calls) + len(self.waiting) < MAX_PREPARED
+            and sql not in self.refused
+            and sql.startswith(_PREPARABLE)
+        ):
+            if len(self.uses) >= MAX_COUNTED:  # many statements sent once each: count afresh
+                self.uses.clear()
             uses = self.uses[sql] = self.uses.get(sql, 0) + 1
-            if uses == PREPARE_AT_USE and len(self.calls) + len(self.waiting) < MAX_PREPARED:
-                self.waiting.append(sql)
+            if uses == PREPARE_AT_USE:
+                self.waiting.append((sql, isinstance(params, Mapping)))
         return text
 
     def prepare_waiting(self, conn: psycopg.Connection[Any]) -> None:
         """PREPARE the statements waiting, if ``conn`` is idle (outside any transaction)."""
         waiting, self.waiting = self.waiting, []
-        for sql in waiting:
+        for sql, named in waiting:
+            self.uses.pop(sql, None)  # prepared, refused, or counted afresh
             if conn.closed or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                return
-            self.uses.pop(sql, None)
-            count = 0
-
-            def number(found: re.Match[str]) -> str:
-                nonlocal count
-                if found.group() == "%%":
-                    return "%"
-                count += 1
-                return f"${count}"
-
+                continue
+            numbered = _numbered(sql, named)
             name = f"pc_{len(self.calls) + len(self.refused) + 1}"
+            if numbered is None:
+                self.refused.add(sql)
+                continue
             try:  # sent as it is, one simple query (no value is bound into it)
-                psycopg.ClientCursor(conn).execute(f"PREPARE {name} AS {_PLACEHOLDER.sub(number, sql)}")
+                psycopg.ClientCursor(conn).execute(f"PREPARE {name} AS {numbered[0]}")
             except psycopg.Error:
                 self.refused.add(sql)
                 continue
-            self.calls[sql] = f"EXECUTE {name}({', '.join(['%s'] * count)})" if count else f"EXECUTE {name}"
+            self.calls[sql] = f"EXECUTE {name}({numbered[1]})" if numbered[1] else f"EXECUTE {name}"
 
 
-def _prepared(conn: psycopg.Connection[Any]) -> _Prepared:
-    """``conn``'s prepared statements (kept on the connection: a new connection has none)."""
+def _prepared(conn: psycopg.Connection[Any], *, afresh: bool = False) -> _Prepared:
+    """``conn``'s prepared statements (kept on the connection: a new connection has none); ``afresh``:
+    none, the server's deallocated (after an EXECUTE found its statement gone or stale)."""
     found: _Prepared | None = getattr(conn, "_paymentcore_prepared", None)
-    if found is None:
+    if found is None or afresh:
+        if afresh:
+            conn.execute("DEALLOCATE ALL")
         found = _Prepared()
         conn._paymentcore_prepared = found  # type: ignore[attr-defined]
     return found
@@ -638,10 +679,13 @@ class PostgresStore:
                 unit.rows.finish("COMMIT" if writable else "ROLLBACK")
                 if unit.rows.prepared.waiting:
                     unit.rows.prepared.prepare_waiting(conn)
-            except BaseException:
+            except BaseException as failure:
                 if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                     with suppress(psycopg.Error):  # a broken connection: the pool throws it away
                         conn.execute("ROLLBACK")
+                if isinstance(failure, psycopg.Error) and failure.sqlstate in PREPARED_STALE:
+                    with suppress(psycopg.Error):  # the next unit on it prepares afresh
+                        _prepared(conn, afresh=True)
                 raise
 
     @contextmanager
@@ -724,7 +768,13 @@ class PostgresStore:
         transaction, each in a snapshot of its own, so a lookup of one statement is one round trip."""
         with self._pool.connection() as conn:
             unit = self._transaction(conn, writable=False)
-            yield unit
+            try:
+                yield unit
+            except psycopg.Error as failure:
+                if failure.sqlstate in PREPARED_STALE and not conn.closed:
+                    with suppress(psycopg.Error):  # the next read on it prepares afresh
+                        _prepared(conn, afresh=True)
+                raise
             if unit.rows.prepared.waiting:
                 unit.rows.prepared.prepare_waiting(conn)
 

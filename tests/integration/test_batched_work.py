@@ -337,8 +337,9 @@ def test_a_pending_answer_is_asked_again_when_the_network_said_it_would_know(
         assert counted.collection_checks == 1
         wait_ms = max(int(delay * 1000), 1000)
         with core.store.read() as tx:
-            assert tx.payouts.get(reference).next_check_at == started + wait_ms
-            assert tx.collections.get(charge.reference).next_check_at == started + wait_ms
+            stored_payout, stored_charge = tx.payouts.get(reference), tx.collections.get(charge.reference)
+        assert stored_payout is not None and stored_payout.next_check_at == started + wait_ms
+        assert stored_charge is not None and stored_charge.next_check_at == started + wait_ms
         clock.advance(poll)
         if delay > poll:  # nothing is asked at the poll: the answer is known to come later
             assert _step(runner) == 0 and _step(collecting) == 0
@@ -347,6 +348,37 @@ def test_a_pending_answer_is_asked_again_when_the_network_said_it_would_know(
         assert counted.payout_checks == 2 and counted.collection_checks == 2
         assert core.disburse.get(merchant_id, reference).status is PayoutStatus.PAID
         assert core.collect.get(merchant_id, charge.reference).status.value == "SUCCESS"
+        with core.store.read() as tx:
+            events = tx.outbox.list(merchant_id)
+        told = [event.type for event in events if event.data.get("reference") == reference]
+        assert told == [EventType.DISBURSE_SENT, EventType.DISBURSE_SUCCEEDED]
         _check_money(core, merchant_id, 1)
+    finally:
+        core.close()
+
+
+@pytest.mark.parametrize("kind", STORE_KINDS)
+def test_a_wait_named_past_the_prompts_timeout_does_not_delay_the_timeout(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sandbox answers in 10 s, the payer's prompt times out after 3: the collection is asked
+    again when its prompt times out, not when the network said it would know, and fails TIMEOUT."""
+    clock = FakeClock(1_767_225_600_000)
+    core = make_core(kind, tmp_path, clock, sandbox_delay=10, prompt_timeout_seconds=3)
+    try:
+        merchant = core.operator.create_merchant("Timeout", settlement_currency="XAF")
+        charge = core.collect.charge(
+            merchant.id, amount=500, currency="XAF", country="CM", provider="mtn_cm", phone="670000001"
+        )
+        started = clock.now()
+        collecting = core.collect.runner
+        assert _step(collecting) == 1  # the prompt, and its status asked at once: pending, "in 10 s"
+        with core.store.read() as tx:
+            stored = tx.collections.get(charge.reference)
+        assert stored is not None and stored.next_check_at == started + 3_000
+        clock.advance(3)
+        assert _step(collecting) == 1
+        failed = core.collect.get(merchant.id, charge.reference)
+        assert failed.status.value == "FAILED" and failed.failure_category == "TIMEOUT"
     finally:
         core.close()

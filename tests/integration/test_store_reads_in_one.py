@@ -188,5 +188,40 @@ def test_on_postgresql_a_statement_sent_again_is_prepared_and_one_it_cannot_prep
         with one.read() as view:
             found = view.merchants.get("mer_1")
             assert found is not None and found.name == "Renamed 2"
+        # a statement of named values (a payout's inputs: the merchant's id used four times) likewise
+        since = NOW - DAY
+        inputs = []
+        for _ in range(3):
+            with one.read() as view:
+                inputs.append(view.payouts.inputs("mer_1", "XAF", day_since=since, week_since=since))
+        assert inputs[0].merchant is not None and inputs == [inputs[0]] * 3
+        with one.glance() as tx:
+            assert any("LEFT JOIN payout_limits" in text for text in _prepared_on(tx.rows.conn))
+    finally:
+        one.close()
+
+
+def test_on_postgresql_a_connection_whose_prepared_statement_went_stale_prepares_afresh(
+    store: Store,
+) -> None:
+    """A change of the schema can make a prepared statement's plan impossible ("cached plan must not
+    change result type"): the unit that meets it fails, as on any failed statement, and the connection
+    forgets what it prepared, so the next unit on it is answered."""
+    if not isinstance(store, PostgresStore):
+        pytest.skip("statements are prepared on PostgreSQL's connections only")
+    with store.transaction() as tx:
+        tx.merchants.put(merchant())
+    one = PostgresStore(store.url, pool_size=1, migrate=False)
+    try:
+        for _ in range(3):
+            with one.read() as view:
+                assert view.merchants.get("mer_1") == merchant()
+        with psycopg.connect(store.url, autocommit=True) as other:
+            other.execute("ALTER TABLE merchants ALTER COLUMN name TYPE varchar(300)")
+        with pytest.raises(psycopg.errors.FeatureNotSupported), one.read() as view:
+            view.merchants.get("mer_1")
+        for _ in range(3):
+            with one.read() as view:
+                assert view.merchants.get("mer_1") == merchant()
     finally:
         one.close()
