@@ -580,8 +580,8 @@ class Collect:
         *,
         asked_at: int | None = None,
     ) -> None:
-        poll_ms = int(self._deps.config.poll_interval_seconds * 1000)
-        next_at = check_again_at(now, poll_ms, hint_ms, asked_at=asked_at, latest=timeout_at)
+        poll = self._deps.config.poll_interval_seconds
+        next_at = check_again_at(now, poll, hint_ms, asked_at=asked_at, latest=timeout_at)
         tx.collections.update(attrs.evolve(current, next_check_at=next_at))
 
     def _settle(self, tx: Transaction, current: models.Collection, now: int) -> None:

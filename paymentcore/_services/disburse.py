@@ -827,9 +827,8 @@ class Disburse:
         return False
 
     def _check_again(self, now: int, status: PayoutResult | None, asked_at: int | None) -> int:
-        poll_ms = int(self._deps.config.poll_interval_seconds * 1000)
         hint = None if status is None else status.check_after_ms
-        return check_again_at(now, poll_ms, hint, asked_at=asked_at)
+        return check_again_at(now, self._deps.config.poll_interval_seconds, hint, asked_at=asked_at)
 
     def _after_send(
         self,

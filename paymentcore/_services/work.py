@@ -35,21 +35,26 @@ log = logging.getLogger("paymentcore.worker")
 #: would only decode rows that wait for the next listing anyway
 LANE_DEPTH = 64
 
-
-
 #: the longest wait a network may name before the next status check (a longer one, or one given in
 #: the wrong unit, would park the item): the check comes then, and the network may name another
 MAX_CHECK_AFTER_MS = 15 * 60 * 1000
 
 
 def check_again_at(
-    now: int, poll_ms: int, hint_ms: int | None, *, asked_at: int | None = None, latest: int | None = None
+    now: int,
+    poll_seconds: float,
+    hint_ms: int | None,
+    *,
+    asked_at: int | None = None,
+    latest: int | None = None,
 ) -> int:
-    """When to ask the network again about an item it answered PENDING: after the poll interval, or
+    """When to ask the network again about an item it answered PENDING: after the poll interval
+    (``Config.poll_interval_seconds``), or
     after the wait the network named (``hint_ms``, its ``check_after_ms``, counted from ``asked_at``,
     when it was asked; at most :data:`MAX_CHECK_AFTER_MS`) when that comes later, so an answer known to
     come in 2 s costs one status check, not one a poll; never after ``latest`` (a deadline of the
     item's own) unless that is within one poll."""
+    poll_ms = int(poll_seconds * 1000)
     at = now + poll_ms
     if hint_ms:
         named = (now if asked_at is None else asked_at) + min(int(hint_ms), MAX_CHECK_AFTER_MS)

@@ -316,7 +316,7 @@ class _Prepared:
     no part of a transaction (it stays when one rolls back), and one that PostgreSQL refuses (a value
     whose type it cannot infer) is then sent as text for good, failing nothing. When an EXECUTE finds
     its statement gone or stale (:data:`PREPARED_STALE`), the unit fails as any failed statement fails
-    it, and the connection forgets everything it prepared (``PostgresStore._unit``)."""
+    it, and the connection forgets everything it prepared (:func:`_preparing`)."""
 
     __slots__ = ("calls", "refused", "uses", "waiting")
 
@@ -346,6 +346,8 @@ class _Prepared:
 
     def prepare_waiting(self, conn: psycopg.Connection[Any]) -> None:
         """PREPARE the statements waiting, if ``conn`` is idle (outside any transaction)."""
+        if not self.waiting:
+            return
         waiting, self.waiting = self.waiting, []
         for sql, named in waiting:
             self.uses.pop(sql, None)  # prepared, refused, or counted afresh
@@ -375,6 +377,20 @@ def _prepared(conn: psycopg.Connection[Any], *, afresh: bool = False) -> _Prepar
         conn._paymentcore_prepared = found  # type: ignore[attr-defined]
     return found
 
+
+@contextmanager
+def _preparing(conn: psycopg.Connection[Any], unit: PostgresTransaction) -> Iterator[PostgresTransaction]:
+    """A unit on ``conn`` (its block, then its end, inside this one): once it has ended, the
+    statements it sent a second time are prepared; when it met a prepared statement gone stale, the
+    connection forgets what it prepared, and the next unit on it prepares afresh."""
+    try:
+        yield unit
+    except psycopg.Error as failure:
+        if failure.sqlstate in PREPARED_STALE and not conn.closed:
+            with suppress(psycopg.Error):
+                _prepared(conn, afresh=True)
+        raise
+    unit.rows.prepared.prepare_waiting(conn)
 
 
 class _Answer:
@@ -672,21 +688,17 @@ class PostgresStore:
         # is sent with the next one whose answer is asked for, and the rest with the COMMIT: a unit
         # of work costs one round trip per answer it waits for, plus one for its end
         with self._pool.connection() as conn:
-            unit = self._transaction(conn, writable=writable, partition=partition)
-            unit.rows.keep(begin)
-            try:
-                yield unit
-                unit.rows.finish("COMMIT" if writable else "ROLLBACK")
-                if unit.rows.prepared.waiting:
-                    unit.rows.prepared.prepare_waiting(conn)
-            except BaseException as failure:
-                if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                    with suppress(psycopg.Error):  # a broken connection: the pool throws it away
-                        conn.execute("ROLLBACK")
-                if isinstance(failure, psycopg.Error) and failure.sqlstate in PREPARED_STALE:
-                    with suppress(psycopg.Error):  # the next unit on it prepares afresh
-                        _prepared(conn, afresh=True)
-                raise
+            made = self._transaction(conn, writable=writable, partition=partition)
+            with _preparing(conn, made) as unit:
+                unit.rows.keep(begin)
+                try:
+                    yield unit
+                    unit.rows.finish("COMMIT" if writable else "ROLLBACK")
+                except BaseException:
+                    if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                        with suppress(psycopg.Error):  # a broken connection: the pool throws it away
+                            conn.execute("ROLLBACK")
+                    raise
 
     @contextmanager
     def transaction(self) -> Iterator[PostgresTransaction]:
@@ -766,17 +778,8 @@ class PostgresStore:
     def glance(self) -> Iterator[PostgresTransaction]:
         """A read of independent facts (``ports.GlancingStore``): its statements run outside any
         transaction, each in a snapshot of its own, so a lookup of one statement is one round trip."""
-        with self._pool.connection() as conn:
-            unit = self._transaction(conn, writable=False)
-            try:
-                yield unit
-            except psycopg.Error as failure:
-                if failure.sqlstate in PREPARED_STALE and not conn.closed:
-                    with suppress(psycopg.Error):  # the next read on it prepares afresh
-                        _prepared(conn, afresh=True)
-                raise
-            if unit.rows.prepared.waiting:
-                unit.rows.prepared.prepare_waiting(conn)
+        with self._pool.connection() as conn, _preparing(conn, self._transaction(conn, writable=False)) as tx:
+            yield tx
 
     def _transaction(
         self, conn: psycopg.Connection[Any], *, writable: bool, partition: str | tuple[str, ...] | None = None
