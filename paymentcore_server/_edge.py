@@ -41,6 +41,7 @@ __all__ = [
     "json_response",
     "read_body",
     "request_id",
+    "send_json",
 ]
 
 MAX_BODY = 1024 * 1024
@@ -55,21 +56,49 @@ def json_response(body: Any, status: int = 200, headers: dict[str, str] | None =
     return Response(wire.dumps(body), status_code=status, headers=headers, media_type="application/json")
 
 
+def _json_head(status: int, data: bytes, headers: dict[str, str] | None) -> list[tuple[bytes, bytes]]:
+    """The header lines ``json_response`` gives, in its order: the given ones, then the length and type."""
+    given = (headers or {}).items()
+    raw = [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in given]
+    if not (status < 200 or status in (204, 304)):
+        raw.append((b"content-length", str(len(data)).encode()))
+    raw.append((b"content-type", b"application/json"))
+    return raw
+
+
+async def send_json(send: Send, body: Any, status: int = 200, headers: dict[str, str] | None = None) -> None:
+    """What ``json_response(body, status, headers)`` sends, sent straight on the ASGI channel."""
+    data = wire.dumps(body).encode()
+    head = _json_head(status, data, headers)
+    await send({"type": "http.response.start", "status": status, "headers": head})
+    await send({"type": "http.response.body", "body": data})
+
+
 def request_id(request: Request) -> str:
-    rid: str = request.scope.setdefault("state", {}).setdefault("request_id", "req_" + secrets.token_hex(12))
+    return scope_request_id(request.scope)
+
+
+def scope_request_id(scope: Scope) -> str:
+    """The id of the request of ``scope`` (``RequestIdMiddleware`` gives it; made here if it did not)."""
+    rid: str = scope.setdefault("state", {}).setdefault("request_id", "req_" + secrets.token_hex(12))
     return rid
 
 
-def error_response(request: Request, error: PaymentError) -> Response:
+def error_reply(scope: Scope, error: PaymentError) -> tuple[dict[str, Any], int, dict[str, str]]:
+    """An error's answer: the body in the documented shape (with the request's id), status and headers."""
     body = error.to_dict()
-    body["requestId"] = request_id(request)
+    body["requestId"] = scope_request_id(scope)
     headers = {}
     if isinstance(error, RateLimitedError):
         headers[RETRY_AFTER_HEADER] = str(error.retry_after)
         headers[RATE_LIMIT_LIMIT] = str(error.limit)
         headers[RATE_LIMIT_REMAINING] = "0"
         headers[RATE_LIMIT_RESET] = str(error.retry_after)
-    return json_response(body, status_of(error), headers)
+    return body, status_of(error), headers
+
+
+def error_response(request: Request, error: PaymentError) -> Response:
+    return json_response(*error_reply(request.scope, error))
 
 
 def head_size(scope: Scope) -> int:
@@ -120,11 +149,7 @@ async def _send_error(
 ) -> None:
     """An error in the documented shape, sent straight on the ASGI channel."""
     body = wire.dumps({"code": code, "message": message, "requestId": rid}).encode()
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(body)).encode()),
-        (b"x-request-id", rid.encode()),
-    ]
+    headers = [*_json_head(status, body, None), (b"x-request-id", rid.encode())]
     if close:
         headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": status, "headers": headers})

@@ -9,17 +9,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import attrs
 from starlette.applications import Starlette
+from starlette.datastructures import QueryParams
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
+from starlette.types import Receive, Scope, Send
 
 from paymentcore import (
     BatchRefusedError,
@@ -46,12 +48,14 @@ from paymentcore_server._edge import (
     MAX_BODY,
     MAX_HEADERS,
     RequestIdMiddleware,
+    error_reply,
     error_response,
     head_size,
     http_error_handler,
     json_response,
     read_body,
     request_id,
+    send_json,
 )
 from paymentcore_server._headers import (
     IDEMPOTENCY_HEADER,
@@ -93,7 +97,6 @@ __all__ = [
     "UNAUTHORIZED_MESSAGE",
     "Api",
     "Call",
-    "Handler",
     "Reply",
     "RequestIdMiddleware",
     "Work",
@@ -113,8 +116,6 @@ CACHE_HOUR = "public, max-age=3600"
 REQUEST_THREADS = 40  # requests served at once, as many as Starlette's default thread pool
 HEALTH_TIMEOUT = 0.8  # seconds: /healthz answers 503 rather than wait longer for the database
 log = logging.getLogger("paymentcore.server")
-
-Handler = Callable[[Request], Awaitable[Response]]
 
 
 @attrs.frozen
@@ -263,6 +264,26 @@ class _LoopAdmissions:
                 admitted.set_result(result)
 
 
+def _query(query_string: bytes) -> tuple[tuple[str, str], ...]:
+    """The query's pairs as Starlette parses them (none to parse, most of the time)."""
+    return tuple(QueryParams(query_string).multi_items()) if query_string else ()
+
+
+@attrs.frozen(eq=False)
+class _Endpoint:
+    """An API route's ASGI app: the service call and its rules, served by :meth:`Api.serve`. An app, not
+    a ``request -> response`` function, so that no Request or Response object is made for a request."""
+
+    api: Api
+    work: Work
+    scope: KeyScope | None
+    transact: bool
+    cache: bool
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.api.serve(self, scope, receive, send)
+
+
 class Api:
     """The routes, bound to one core. Authentication, rate limiting, parsing and the service call run
     in that order. On a database server all of it runs on a worker thread (one hop). On a local store
@@ -346,42 +367,50 @@ class Api:
         scope: KeyScope | None = None,
         transact: bool = False,
         cache: bool = False,
-    ) -> Handler:
-        async def handle(request: Request) -> Response:
-            try:
-                raw = await read_body(request) if request.method in ("POST", "PUT") else b""
-                asked = _Asked(
-                    authorization=request.headers.get("authorization", ""),
-                    idempotency_header=request.headers.get("idempotency-key"),
-                    raw=raw,
-                    params=request.path_params,
-                    query=tuple(request.query_params.multi_items()),
-                    work=work,
-                    scope=scope,
-                    transact=transact,
-                )
-                seen = request.scope.setdefault("state", {})
-                reading = request.method in ("GET", "HEAD")
-                if self._loop_posts or (self._local_reads and reading):
-                    principal, counted = await self._admitted_on_loop(asked.authorization, seen)
-                    if reading:
-                        reply, state = self._answer(principal, counted, asked)
-                    else:  # the caller is known and counted: only the write crosses to a thread
-                        answer = partial(self._answer, principal, counted, asked)
-                        reply, state = await asyncio.get_running_loop().run_in_executor(
-                            self._requests, answer
-                        )
-                else:
-                    serve = partial(self._serve, asked, seen)
-                    reply, state = await asyncio.get_running_loop().run_in_executor(self._requests, serve)
-            except PaymentError as error:
-                return error_response(request, error)
-            headers = self._rate_headers(state)
-            if cache:
-                headers["Cache-Control"] = CACHE_HOUR
-            return json_response(reply.body, reply.status, headers)
+    ) -> _Endpoint:
+        return _Endpoint(self, work, scope, transact, cache)
 
-        return handle
+    async def serve(self, endpoint: _Endpoint, scope: Scope, receive: Receive, send: Send) -> None:
+        """One request to ``endpoint``: its parts read from the ASGI scope, then admitted, answered, sent."""
+        method = scope["method"]
+        authorization: str | None = None
+        idempotency_header: str | None = None
+        for name, value in scope["headers"]:  # the first of each, as Starlette's Headers.get
+            if name == b"authorization" and authorization is None:
+                authorization = value.decode("latin-1")
+            elif name == b"idempotency-key" and idempotency_header is None:
+                idempotency_header = value.decode("latin-1")
+        try:
+            raw = await read_body(Request(scope, receive)) if method in ("POST", "PUT") else b""
+            asked = _Asked(
+                authorization=authorization or "",
+                idempotency_header=idempotency_header,
+                raw=raw,
+                params=scope.get("path_params", {}),
+                query=_query(scope["query_string"]),
+                work=endpoint.work,
+                scope=endpoint.scope,
+                transact=endpoint.transact,
+            )
+            seen = scope.setdefault("state", {})
+            reading = method in ("GET", "HEAD")
+            if self._loop_posts or (self._local_reads and reading):
+                principal, counted = await self._admitted_on_loop(asked.authorization, seen)
+                if reading:
+                    reply, state = self._answer(principal, counted, asked)
+                else:  # the caller is known and counted: only the write crosses to a thread
+                    answer = partial(self._answer, principal, counted, asked)
+                    reply, state = await asyncio.get_running_loop().run_in_executor(self._requests, answer)
+            else:
+                serve = partial(self._serve, asked, seen)
+                reply, state = await asyncio.get_running_loop().run_in_executor(self._requests, serve)
+        except PaymentError as error:
+            await send_json(send, *error_reply(scope, error))
+            return
+        headers = self._rate_headers(state)
+        if endpoint.cache:
+            headers["Cache-Control"] = CACHE_HOUR
+        await send_json(send, reply.body, reply.status, headers)
 
     # --- collect ---------------------------------------------------------------------------------
 

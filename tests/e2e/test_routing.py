@@ -10,10 +10,10 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Match, Route, Router
 from starlette.testclient import TestClient
 
-from paymentcore_server._routing import allowed_methods, install_routing
+from paymentcore_server._routing import RouteIndex, allowed_methods, install_routing
 
 from conftest import Client
 from test_api_foundation import assert_error
@@ -236,3 +236,78 @@ def test_install_routing_keeps_an_async_handler() -> None:
         response = http.post("/a")
         assert response.status_code == 405 and response.text == "405"
         assert response.headers["allow"] == "GET, HEAD"
+
+
+# --- the route index ----------------------------------------------------------------------------------
+
+
+def _routers_choice(router: Router, scope: dict[str, Any]) -> tuple[BaseRoute, dict[str, Any]] | None:
+    """What Starlette's router does: the first route of its list that matches path and method."""
+    for route in router.routes:
+        match, child = route.matches(scope)
+        if match is Match.FULL:
+            return route, child["path_params"]
+    return None
+
+
+def _sample_paths(template: str) -> list[str]:
+    segments = ["X1", "bulk", "charge", "a b", "%2F", "caf\u00e9", "-"]
+    paths = [re.sub(r"\{[^}]+\}", value, template) for value in segments]
+    return [variant for path in paths for variant in (path, path + "/", path + "\n", path + "/x", path[:-1])]
+
+
+def test_the_index_chooses_the_route_the_router_would(client: Client) -> None:
+    """Over every path shape the app serves (and near misses), the index names the router's own choice
+    with the same parameters, or leaves the request to the router; the API's hot paths it answers."""
+    app = client.http.app
+    assert isinstance(app, Starlette)
+    index = RouteIndex(app.router)
+    found = 0
+    templates = {route.path for route in app.routes if isinstance(route, Route)}
+    for template in sorted(templates):
+        for path in _sample_paths(template):
+            for method in ("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH"):
+                scope = {"type": "http", "method": method, "path": path, "root_path": ""}
+                chosen = index.find(scope)
+                if chosen is not None:
+                    found += 1
+                    assert _routers_choice(app.router, scope) == chosen, (method, path)
+    assert found > 100
+    hot = {
+        ("GET", "/v1/disburse/po_1"): "/v1/disburse/{reference}",
+        ("GET", "/v1/collect/pay_1"): "/v1/collect/{reference}",
+        ("POST", "/v1/disburse"): "/v1/disburse",
+    }
+    for (method, path), template in hot.items():
+        chosen = index.find({"type": "http", "method": method, "path": path, "root_path": ""})
+        assert chosen is not None and getattr(chosen[0], "path", None) == template
+
+
+def _echo_route(request: Request) -> Response:
+    return PlainTextResponse(f"{request.scope['route'].path} {sorted(request.path_params.items())}")
+
+
+def test_the_index_keeps_the_routers_order_and_sees_routes_added_later() -> None:
+    async def echo(request: Request) -> Response:
+        return _echo_route(request)
+
+    routes = [
+        Route("/a/{x}", echo, methods=["GET"]),
+        Route("/a/b", echo, methods=["GET", "POST"]),
+        Route("/n/{x:int}", echo, methods=["GET"]),
+        Route("/n/{y}", echo, methods=["GET"]),
+    ]
+    app = Starlette(routes=routes, exception_handlers={HTTPException: _render})
+    install_routing(app)
+    with TestClient(app) as http:
+        assert http.get("/a/b").text == "/a/{x} [('x', 'b')]"  # the first in the list wins, as in the router
+        assert http.post("/a/b").text == "/a/b []"
+        assert http.get("/n/5").text == "/n/{x:int} [('x', 5)]"  # left to the router: it converts
+        assert http.get("/n/five").text == "/n/{y} [('y', 'five')]"
+        assert http.put("/a/b").status_code == 405
+        assert http.get("/a/b/c").status_code == 404
+        app.router.routes.insert(0, Route("/a/b", echo, methods=["GET"]))
+        assert http.get("/a/b").text == "/a/b []"
+    index = RouteIndex(app.router)
+    assert index.find({"type": "http", "method": "GET", "path": "/n/5", "root_path": ""}) is None
+    assert index.find({"type": "http", "method": "GET", "path": "/a/b", "root_path": "/mounted"}) is None
