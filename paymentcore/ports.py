@@ -755,12 +755,12 @@ class Store(Protocol):
 
 
 class GlancingStore(Store, Protocol):
-    """A store whose reads of independent facts need no snapshot of their own (PostgreSQL's)."""
+    """A store whose reads of independent facts need no snapshot of their own (PostgreSQL's, SQLite's)."""
 
     def glance(self) -> AbstractContextManager[UnitOfWork]:
         """A read whose statements need not agree with each other: each sees the database as of its own
-        start. On PostgreSQL it opens no transaction, so a lookup of one statement (an API key with its
-        merchant, a payout by reference) costs one round trip, not a BEGIN and a ROLLBACK besides.
+        start. It opens no transaction, so a lookup of one statement (an API key with its merchant, a
+        payout by reference) costs one round trip on PostgreSQL, not a BEGIN and a ROLLBACK besides.
         Writing through it is a programming error, as through :meth:`Store.read`."""
         ...
 

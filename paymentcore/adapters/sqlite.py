@@ -170,6 +170,13 @@ class SqliteStore:
         finally:
             conn.execute("ROLLBACK")
 
+    @contextmanager
+    def glance(self) -> Iterator[SqliteTransaction]:
+        """A read of independent facts (``ports.GlancingStore``): no BEGIN and ROLLBACK around it, each
+        statement a snapshot of its own, so a lookup of one statement is one call into SQLite, not three.
+        """
+        yield SqliteTransaction(self._conn(), writable=False)
+
     def ping(self, timeout: float = 0.5) -> None:
         """Open the file afresh (never creating it), read its schema and check that it takes writes,
         within about ``timeout`` s (:func:`ping_file`).

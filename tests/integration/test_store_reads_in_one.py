@@ -12,6 +12,7 @@ from test_store_contract import NOW, api_key, merchant, payout  # type: ignore[i
 
 from paymentcore._domain.models import PayoutLimits, PayoutStatus, Settings
 from paymentcore.adapters.postgres import PostgresStore
+from paymentcore.adapters.sqlite import SqliteStore
 from paymentcore.ports import KeyLookup, PayoutInputs, Store, UnitOfWork
 
 HOUR = 3_600_000
@@ -132,6 +133,21 @@ def test_on_postgresql_a_glance_looks_up_in_one_statement_outside_any_transactio
         assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE  # no BEGIN sent
         assert tx.keys.lookup("hash-1") == KeyLookup(api_key(), merchant(), Settings())
         assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE  # nothing left to end
+
+
+def test_on_sqlite_a_glance_opens_no_transaction(store: Store) -> None:
+    if not isinstance(store, SqliteStore):
+        pytest.skip("SQLite's own glance")
+    with store.transaction() as tx:
+        tx.merchants.put(merchant())
+        tx.keys.put(api_key())
+    with store.glance() as tx:
+        conn = tx.unit_rows.conn
+        assert not conn.in_transaction  # no BEGIN sent
+        assert tx.keys.lookup("hash-1") == KeyLookup(api_key(), merchant(), Settings())
+        assert not conn.in_transaction  # nothing left to end
+    with store.read() as tx:  # the read view still is one snapshot
+        assert tx.unit_rows.conn.in_transaction
 
 
 def test_inputs_asked_before_another_read_answer_what_inputs_answer(store: Store) -> None:
