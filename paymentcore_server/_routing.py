@@ -18,7 +18,7 @@ hands every other request to the router as before.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, cast
 
 from starlette.applications import Starlette
@@ -27,9 +27,9 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Match, Route, Router
-from starlette.types import HTTPExceptionHandler, Receive, Scope, Send
+from starlette.types import ASGIApp, HTTPExceptionHandler, Receive, Scope, Send
 
-__all__ = ["RouteIndex", "allowed_methods", "install_routing"]
+__all__ = ["DirectLane", "RouteIndex", "allowed_methods", "install_routing"]
 
 #: (the route's place in the router's list, the route, the name of its last segment's parameter or None)
 _Entry = tuple[int, Route, str | None]
@@ -125,12 +125,38 @@ class RouteIndex:
         if found is None:
             await self._router.app(scope, receive, send)
             return
-        route, params = found
+        await self.hand_over(scope, receive, send, *found)
+
+    async def hand_over(
+        self, scope: Scope, receive: Receive, send: Send, route: Route, params: dict[str, Any]
+    ) -> None:
+        """Serve the request with ``route`` as the router does once it has chosen it."""
         scope.setdefault("router", self._router)
         scope["route"] = route
         scope["endpoint"] = route.endpoint
         scope["path_params"] = params
         await route.handle(scope, receive, send)
+
+
+class DirectLane:
+    """ASGI middleware: a request the router would give to a route that ``direct`` accepts goes to that
+    route at once, past Starlette's exception middleware and the router's own layers; every other
+    request goes on through them. For routes whose app answers every error it knows in the API's shape
+    itself, so that those layers have nothing to do for them (an error it does not know still goes up
+    to the server's 500)."""
+
+    def __init__(self, app: ASGIApp, *, router: Router, direct: Callable[[Route], bool]) -> None:
+        self.app = app
+        self._index = RouteIndex(router)
+        self._direct = direct
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            found = self._index.find(scope)
+            if found is not None and self._direct(found[0]):
+                await self._index.hand_over(scope, receive, send, *found)
+                return
+        await self.app(scope, receive, send)
 
 
 def allowed_methods(routes: Iterable[BaseRoute], scope: Scope) -> list[str]:

@@ -750,6 +750,10 @@ class Api:
         return json_response(openapi_document(self.core.config.public_url))
 
 
+def _answers_itself(route: Route) -> bool:
+    return isinstance(route.endpoint, _Endpoint)
+
+
 async def _payment_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, PaymentError)
     return error_response(request, exc)
@@ -772,7 +776,7 @@ def create_app(
     ``console`` (the default) the operator's console is served at ``/console``
     (``paymentcore_server.console``), beside the API's routes rather than among them.
     """
-    from paymentcore_server._routing import install_routing
+    from paymentcore_server._routing import DirectLane, install_routing
     from paymentcore_server.console import ConsoleDispatch, console_app, routes_with_console
     from paymentcore_server.page import page_routes
 
@@ -797,6 +801,8 @@ def create_app(
         lifespan=lifespan,
     )
     install_routing(app)
+    # the API's routes answer their errors themselves: between the edge and them only the console's dispatch
+    app.add_middleware(DirectLane, router=app.router, direct=_answers_itself)
     routes: Sequence[BaseRoute] = app.router.routes
     if console:  # inside RequestIdMiddleware: console answers carry X-Request-Id too
         pages = console_app(core)

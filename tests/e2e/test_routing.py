@@ -13,7 +13,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Match, Route, Router
 from starlette.testclient import TestClient
 
-from paymentcore_server._routing import RouteIndex, allowed_methods, install_routing
+from paymentcore_server._routing import DirectLane, RouteIndex, allowed_methods, install_routing
 
 from conftest import Client
 from test_api_foundation import assert_error
@@ -311,3 +311,32 @@ def test_the_index_keeps_the_routers_order_and_sees_routes_added_later() -> None
     index = RouteIndex(app.router)
     assert index.find({"type": "http", "method": "GET", "path": "/n/5", "root_path": ""}) is None
     assert index.find({"type": "http", "method": "GET", "path": "/a/b", "root_path": "/mounted"}) is None
+
+
+def test_the_direct_lane_serves_its_routes_and_leaves_the_rest_to_the_router() -> None:
+    served: list[str] = []
+
+    class Raw:  # an ASGI app, as the API's endpoints are
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            past = "starlette.exception_handlers" not in scope  # the exception middleware was skipped
+            served.append(f"{scope['route'].path} {scope['path_params']} {past}")
+            await PlainTextResponse("raw")(scope, receive, send)
+
+    raw = Raw()
+
+    async def refuses(request: Request) -> Response:
+        raise HTTPException(409)
+
+    routes = [Route("/d/{x}", raw, methods=["GET"]), Route("/d/x", refuses, methods=["POST"])]
+    app = Starlette(routes=routes, exception_handlers={HTTPException: _render})
+    install_routing(app)
+    app.add_middleware(DirectLane, router=app.router, direct=lambda route: route.endpoint is raw)
+    with TestClient(app) as http:
+        assert http.get("/d/7").text == "raw" and served == ["/d/{x} {'x': '7'} True"]
+        assert http.head("/d/7").status_code == 200
+        refused = http.post("/d/x")  # not direct: through the exception middleware, rendered
+        assert refused.status_code == 409 and refused.text == "409"
+        wrong = http.put("/d/7")  # a wrong method is the router's 405, with every method of the path
+        assert wrong.status_code == 405 and wrong.headers["allow"] == "GET, HEAD"
+        assert http.get("/e/7").status_code == 404
+    assert len(served) == 2
