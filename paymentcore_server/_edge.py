@@ -149,7 +149,11 @@ async def _send_error(
 ) -> None:
     """An error in the documented shape, sent straight on the ASGI channel."""
     body = wire.dumps({"code": code, "message": message, "requestId": rid}).encode()
-    headers = [*_json_head(status, body, None), (b"x-request-id", rid.encode())]
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"x-request-id", rid.encode()),
+    ]
     if close:
         headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": status, "headers": headers})

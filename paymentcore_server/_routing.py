@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable
+from operator import is_
 from typing import Any, cast
 
 from starlette.applications import Starlette
@@ -57,7 +58,7 @@ class RouteIndex:
 
     def __init__(self, router: Router) -> None:
         self._router = router
-        self._built_from: list[BaseRoute] = []
+        self._built_from: list[BaseRoute] = []  # the routes it was built from, in order
         self._fixed: dict[str, list[_Entry]] = {}
         self._by_head: dict[str, list[_Entry]] = {}
         self._opaque: list[tuple[int, str]] = []
@@ -89,11 +90,12 @@ class RouteIndex:
 
     def find(self, scope: Scope) -> tuple[Route, dict[str, Any]] | None:
         """The route and path parameters the router would take for ``scope``, or None: let it decide."""
-        if scope.get("root_path"):  # the router strips it first: leave that to the router
-            return None
-        if len(self._built_from) != len(self._router.routes):  # routes added since
-            self._build()
         path: str = scope["path"]
+        if scope.get("root_path") or path.endswith("\n"):  # the router strips a root path first, and
+            return None  # its patterns' "$" also matches before a last newline: leave both to it
+        routes = self._router.routes
+        if len(routes) != len(self._built_from) or not all(map(is_, routes, self._built_from)):
+            self._build()  # routes added, removed or replaced since
         method = scope["method"]
         best: _Entry | None = None
         for entry in self._fixed.get(path, ()):

@@ -222,7 +222,7 @@ class _LoopAdmissions:
     per turn of the loop.
 
     Each request queues its bearer token and waits; the first one of a turn schedules the work at the
-    loop's next turn, which looks every queued token up in one read view (``Access.authenticate_many``)
+    loop's next turn, which looks every queued token up in one glance (``Access.authenticate_many``)
     and counts every caller found in one write of the rate book (``Access.rate_many``: exact, in arrival
     order per key, as one request at a time would be), then answers each request with its caller and
     count, or with the error that refused its token (UNAUTHORIZED before anything is counted, as one at

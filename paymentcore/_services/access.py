@@ -395,8 +395,8 @@ class Access:
         return _admitted(found)
 
     def authenticate_many(self, tokens: Sequence[str | None]) -> list[Principal | PaymentError]:
-        """:meth:`authenticate` for several tokens in one read view (a token repeated is looked up
-        once): each token's caller, or the error its request raises."""
+        """:meth:`authenticate` for several tokens in one glance (each key a fact of its own; a token
+        repeated is looked up once): each token's caller, or the error its request raises."""
         found: dict[str, KeyLookup | None] = {}
         wanted = sorted({token for token in tokens if token and len(token) <= 200})
         if wanted:  # a token that cannot be a key is refused without a read, as by authenticate

@@ -229,3 +229,36 @@ def test_importing_the_core_loads_no_web_stack() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_edges_own_error_answers_keep_their_header_lines() -> None:
+    """A 500 for an unknown exception and a 431 for an oversized head, sent by RequestIdMiddleware itself:
+    the same header lines, in the same order, as they always had."""
+    import asyncio
+    from collections.abc import MutableMapping
+
+    from paymentcore_server._edge import MAX_HEADERS, RequestIdMiddleware
+
+    async def boom(scope: Any, receive: Any, send: Any) -> None:
+        raise RuntimeError("boom")
+
+    def first_message(headers: list[tuple[bytes, bytes]]) -> MutableMapping[str, Any]:
+        sent: list[MutableMapping[str, Any]] = []
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": b""}
+
+        async def send(message: MutableMapping[str, Any]) -> None:
+            sent.append(message)
+
+        scope = {"type": "http", "method": "GET", "path": "/x", "headers": headers, "query_string": b""}
+        asyncio.run(RequestIdMiddleware(boom)(scope, receive, send))
+        return sent[0]
+
+    crashed = first_message([])
+    assert crashed["status"] == 500
+    assert [name for name, _ in crashed["headers"]] == [b"content-type", b"content-length", b"x-request-id"]
+    too_big = first_message([(b"x-big", b"a" * (MAX_HEADERS + 1))])
+    assert too_big["status"] == 431
+    names = [name for name, _ in too_big["headers"]]
+    assert names == [b"content-type", b"content-length", b"x-request-id", b"connection"]

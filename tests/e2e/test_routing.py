@@ -340,3 +340,22 @@ def test_the_direct_lane_serves_its_routes_and_leaves_the_rest_to_the_router() -
         assert wrong.status_code == 405 and wrong.headers["allow"] == "GET, HEAD"
         assert http.get("/e/7").status_code == 404
     assert len(served) == 2
+
+
+def test_the_index_sees_a_route_replaced_in_place_and_leaves_a_last_newline_to_the_router() -> None:
+    async def fixed(request: Request) -> Response:
+        return PlainTextResponse("fixed")
+
+    async def by_id(request: Request) -> Response:
+        return PlainTextResponse("id")
+
+    routes = [Route("/items/new", fixed, methods=["GET"]), Route("/items/{id}", by_id, methods=["GET"])]
+    router = Router(routes)
+    index = RouteIndex(router)
+    newline = {"type": "http", "method": "GET", "path": "/items/new\n", "root_path": ""}
+    assert _routers_choice(router, newline) == (router.routes[0], {})  # "$" matches before a last "\n"
+    assert index.find(newline) is None  # so the router decides
+    one = {"type": "http", "method": "GET", "path": "/items/1", "root_path": ""}
+    assert index.find(one) == (router.routes[1], {"id": "1"})
+    router.routes[1] = Route("/items/{key}", fixed, methods=["GET"])  # the same length, another route
+    assert index.find(one) == (router.routes[1], {"key": "1"})
