@@ -147,9 +147,9 @@ class DirectLane:
     itself, so that those layers have nothing to do for them (an error it does not know still goes up
     to the server's 500)."""
 
-    def __init__(self, app: ASGIApp, *, router: Router, direct: Callable[[Route], bool]) -> None:
+    def __init__(self, app: ASGIApp, *, index: RouteIndex, direct: Callable[[Route], bool]) -> None:
         self.app = app
-        self._index = RouteIndex(router)
+        self._index = index  # the router's own (install_routing's): one index, built once
         self._direct = direct
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -178,15 +178,17 @@ def allowed_methods(routes: Iterable[BaseRoute], scope: Scope) -> list[str]:
     return sorted(methods)
 
 
-def install_routing(app: Starlette) -> None:
-    """Turn off slash redirects on ``app`` and make its 405s list every method the path serves.
+def install_routing(app: Starlette) -> RouteIndex:
+    """Turn off slash redirects on ``app``, make its 405s list every method the path serves, and put a
+    :class:`RouteIndex` in front of its router; returns the index (for a :class:`DirectLane`).
 
     Call after the app is built, before it serves a request: the ``HTTPException`` handler already
     registered (which renders the error shape) is wrapped, not replaced.
     """
     app.router.redirect_slashes = False
+    index = RouteIndex(app.router)
     if app.router.middleware_stack == app.router.app:  # no middleware of the router's own in between
-        app.router.middleware_stack = RouteIndex(app.router)
+        app.router.middleware_stack = index
     if HTTPException not in app.exception_handlers:
         raise RuntimeError("install_routing needs an HTTPException handler on the app")
     render = cast(HTTPExceptionHandler, app.exception_handlers[HTTPException])
@@ -204,3 +206,4 @@ def install_routing(app: Starlette) -> None:
         return response
 
     app.exception_handlers[HTTPException] = http_error
+    return index

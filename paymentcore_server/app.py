@@ -800,9 +800,9 @@ def create_app(
         exception_handlers={HTTPException: http_error_handler, PaymentError: _payment_error},
         lifespan=lifespan,
     )
-    install_routing(app)
+    index = install_routing(app)
     # the API's routes answer their errors themselves: between the edge and them only the console's dispatch
-    app.add_middleware(DirectLane, router=app.router, direct=_answers_itself)
+    app.add_middleware(DirectLane, index=index, direct=_answers_itself)
     routes: Sequence[BaseRoute] = app.router.routes
     if console:  # inside RequestIdMiddleware: console answers carry X-Request-Id too
         pages = console_app(core)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -262,3 +263,40 @@ def test_the_edges_own_error_answers_keep_their_header_lines() -> None:
     assert too_big["status"] == 431
     names = [name for name, _ in too_big["headers"]]
     assert names == [b"content-type", b"content-length", b"x-request-id", b"connection"]
+
+
+@pytest.mark.parametrize(
+    ("status", "headers"),
+    [
+        (200, None),
+        (201, {"X-RateLimit-Limit": "60", "X-RateLimit-Remaining": "59"}),
+        (204, {}),
+        (429, {"Retry-After": "3"}),
+    ],
+)
+def test_send_json_sends_what_json_response_sends(status: int, headers: dict[str, str] | None) -> None:
+    """The API's endpoints send their JSON themselves (no Response object): the same messages, header
+    lines in the same order, as the Starlette response every other route answers with."""
+    import asyncio
+    from collections.abc import MutableMapping
+
+    from paymentcore_server._edge import json_response, send_json
+
+    body = {"reference": "PO-1", "amount": Decimal("12.50"), "note": "caf\u00e9 \"x\"", "items": [1, None]}
+
+    def sent(how: Any) -> list[MutableMapping[str, Any]]:
+        messages: list[MutableMapping[str, Any]] = []
+
+        async def send(message: MutableMapping[str, Any]) -> None:
+            messages.append(message)
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": b""}
+
+        asyncio.run(how(send, receive))
+        return messages
+
+    scope = {"type": "http", "method": "GET", "path": "/x", "headers": []}
+    ours = sent(lambda send, receive: send_json(send, body, status, headers))
+    theirs = sent(lambda send, receive: json_response(body, status, headers)(scope, receive, send))
+    assert ours == theirs

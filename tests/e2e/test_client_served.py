@@ -726,7 +726,13 @@ def test_a_cut_after_the_server_committed_a_payout_retries_into_the_same_payout(
     assert (proxy.broken, proxy.marked) == (1, 2)  # the first answer was lost, the retry answered
     assert [p.reference for p in payouts_tagged(shop, tag)] == [payout.reference]  # exactly one payout
     [balance] = shop.core.operator.balances(shop.merchant_id)
-    assert balance.available + balance.reserved == Decimal(10_000) and balance.available == Decimal(7500)
+    assert balance.available == Decimal(7500)  # reserved once, not once per attempt
+    # the server's worker (its sandbox answers at once) may have paid it out already: then nothing is
+    # reserved any more, and the payout, read after the balance, is PAID
+    if balance.reserved == 0:
+        assert shop.core.disburse.get(shop.merchant_id, payout.reference).status is PayoutStatus.PAID
+    else:
+        assert balance.reserved == Decimal(2500)
 
 
 def test_a_request_dropped_before_the_server_saw_it_is_sent_again(shop: Shop, proxy: Proxy) -> None:

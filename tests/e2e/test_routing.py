@@ -329,8 +329,8 @@ def test_the_direct_lane_serves_its_routes_and_leaves_the_rest_to_the_router() -
 
     routes = [Route("/d/{x}", raw, methods=["GET"]), Route("/d/x", refuses, methods=["POST"])]
     app = Starlette(routes=routes, exception_handlers={HTTPException: _render})
-    install_routing(app)
-    app.add_middleware(DirectLane, router=app.router, direct=lambda route: route.endpoint is raw)
+    index = install_routing(app)
+    app.add_middleware(DirectLane, index=index, direct=lambda route: route.endpoint is raw)
     with TestClient(app) as http:
         assert http.get("/d/7").text == "raw" and served == ["/d/{x} {'x': '7'} True"]
         assert http.head("/d/7").status_code == 200
