@@ -501,7 +501,7 @@ class Counter:
     text, are counted once), PostgreSQL through psycopg's cursor ``execute`` and its own transaction
     commands (the BEGIN and COMMIT psycopg sends for a connection outside autocommit), and for the
     PostgreSQL store, which binds each statement on the client and sends several in one query, through
-    ``ClientCursor.mogrify``, once per statement bound."""
+    its connections' binder (``_Prepared.bound``), once per statement kept to send."""
 
     def __init__(self) -> None:
         self.on = False
@@ -533,23 +533,25 @@ class Counter:
         real_execute = psycopg.Cursor.execute
         real_command = psycopg.Connection._exec_command
 
-        real_mogrify = psycopg.ClientCursor.mogrify
+        from paymentcore.adapters import postgres
+
+        real_bound = postgres._Prepared.bound
 
         def execute(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
             if not isinstance(cursor, psycopg.ClientCursor):  # its statements were bound one by one
                 counter._note(f"{id(cursor)} {query}")
             return real_execute(cursor, query, *args, **kwargs)
 
-        def mogrify(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        def bound(prepared: Any, cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
             counter._note(f"{id(cursor)} {query}")  # one statement the PostgreSQL store keeps to send
-            return real_mogrify(cursor, query, *args, **kwargs)
+            return real_bound(prepared, cursor, query, *args, **kwargs)
 
         def command(conn: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
             counter._note(f"{id(conn)} {query!r}")
             return real_command(conn, query, *args, **kwargs)
 
         psycopg.Cursor.execute = execute  # type: ignore[method-assign, assignment]
-        psycopg.ClientCursor.mogrify = mogrify  # type: ignore[method-assign, assignment]
+        postgres._Prepared.bound = bound  # type: ignore[method-assign, assignment]
         psycopg.Connection._exec_command = command  # type: ignore[method-assign, assignment]
 
     def quiet(self) -> None:

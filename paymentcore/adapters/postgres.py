@@ -36,6 +36,7 @@ from contextlib import contextmanager, suppress
 from typing import Any
 
 import psycopg
+from psycopg import adapt, generators, pq
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from paymentcore._domain.queries import UNSPENT_STATUSES
@@ -306,6 +307,47 @@ def _numbered(sql: str, named: bool) -> tuple[str, str] | None:
     return numbered, ", ".join(values)
 
 
+#: the statements' texts cut for binding: bytes for ``%`` with a ``%s`` per value, and the names of the
+#: values in that order (None: positional values); None for a text the cut does not take (another
+#: ``%`` form, named and positional values mixed), which psycopg's own binding then handles
+_Template = tuple[bytes, int, tuple[str, ...] | None]
+_templates: dict[str, _Template | None] = {}
+_TEMPLATES_KEPT = 2000  # statements with a list of values (``IN (%s, %s, ...)``) come in many lengths
+_OTHER_PERCENT = re.compile(r"%(?!%|s|\(\w+\)s)")
+
+
+def _template(sql: str) -> _Template | None:
+    if sql in _templates:
+        return _templates[sql]
+    names: list[str] = []
+    count = 0
+    found: _Template | None = None
+    if _OTHER_PERCENT.search(sql.replace("%%", "")) is None:
+        for match in _PLACEHOLDER.finditer(sql):
+            if match.group() == "%%":
+                continue
+            count += 1
+            if match.group(1) is not None:
+                names.append(match.group(1))
+        if not names or len(names) == count:
+            text = _PLACEHOLDER.sub(lambda m: "%%" if m.group() == "%%" else "%s", sql)
+            found = (text.encode(), count, tuple(names) if names else None)
+    if len(_templates) >= _TEMPLATES_KEPT:
+        _templates.clear()
+    _templates[sql] = found
+    return found
+
+
+def _named(params: Any, names: tuple[str, ...]) -> list[Any] | None:
+    """The named values in their placeholders' order; None when ``params`` does not name them all."""
+    if not isinstance(params, Mapping):
+        return None
+    try:
+        return [params[name] for name in names]
+    except KeyError:
+        return None
+
+
 class _Prepared:
     """The statements prepared on one connection (PREPARE, then EXECUTE with the values bound on the
     client): PostgreSQL then parses and plans each once per connection, not at every use. A payout's
@@ -318,20 +360,26 @@ class _Prepared:
     its statement gone or stale (:data:`PREPARED_STALE`), the unit fails as any failed statement fails
     it, and the connection forgets everything it prepared (:func:`_preparing`)."""
 
-    __slots__ = ("calls", "refused", "uses", "waiting")
+    __slots__ = ("calls", "literal", "load", "refused", "uses", "utf8", "waiting")
 
-    def __init__(self) -> None:
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self.calls: dict[str, str] = {}  # statement -> its EXECUTE, with a placeholder per value
         self.uses: dict[str, int] = {}  # statements not prepared (yet): how often sent
         self.refused: set[str] = set()
         self.waiting: list[tuple[str, bool]] = []  # to prepare once the connection is idle (named?)
+        # each value's SQL literal, as psycopg's client-side binding writes it (its dumpers, quoting
+        # and escaping), with the connection's adapters: one Transformer for the connection's life
+        # rather than one a statement
+        self.literal = adapt.Transformer(conn).as_literal
+        self.load = adapt.Transformer(conn)  # rows read with the connection's loaders, as a cursor's
+        self.utf8 = conn.info.encoding == "utf-8"  # the statements' texts are cut as UTF-8
 
-    def bound(self, cursor: psycopg.ClientCursor[Any], sql: str, params: Any) -> str:
+    def bound(self, cursor: psycopg.ClientCursor[Any], sql: str, params: Any) -> bytes:
         """``sql`` with ``params``, as the statement to send: its EXECUTE when it is prepared."""
         call = self.calls.get(sql)
         if call is not None:
-            return cursor.mogrify(call, params)
-        text = cursor.mogrify(sql, params)  # first: a statement that does not bind raises here
+            return self.bind(cursor, call, params)
+        text = self.bind(cursor, sql, params)  # first: a statement that does not bind raises here
         if (
             len(self.calls) + len(self.waiting) < MAX_PREPARED
             and sql not in self.refused
@@ -343,6 +391,19 @@ class _Prepared:
             if uses == PREPARE_AT_USE:
                 self.waiting.append((sql, isinstance(params, Mapping)))
         return text
+
+    def bind(self, cursor: psycopg.ClientCursor[Any], sql: str, params: Any) -> bytes:
+        """``sql`` with each value written as its literal: the text psycopg's ``mogrify`` gives, cut
+        once per statement (:func:`_template`) instead of at every use; psycopg binds what the cut
+        does not take, and raises for values that do not fit the placeholders."""
+        template = _template(sql) if self.utf8 else None
+        if template is not None:
+            text, count, names = template
+            values = params if names is None else _named(params, names)
+            if values is not None and len(values) == count and not isinstance(values, str | bytes):
+                literal = self.literal
+                return text % tuple(b"NULL" if value is None else literal(value) for value in values)
+        return cursor.mogrify(sql, params).encode(cursor.connection.info.encoding)
 
     def prepare_waiting(self, conn: psycopg.Connection[Any]) -> None:
         """PREPARE the statements waiting, if ``conn`` is idle (outside any transaction)."""
@@ -373,7 +434,7 @@ def _prepared(conn: psycopg.Connection[Any], *, afresh: bool = False) -> _Prepar
     if found is None or afresh:
         if afresh:
             conn.execute("DEALLOCATE ALL")
-        found = _Prepared()
+        found = _Prepared(conn)
         conn._paymentcore_prepared = found  # type: ignore[attr-defined]
     return found
 
@@ -391,6 +452,29 @@ def _preparing(conn: psycopg.Connection[Any], unit: PostgresTransaction) -> Iter
                 _prepared(conn, afresh=True)
         raise
     unit.rows.prepared.prepare_waiting(conn)
+
+
+_TUPLES_OK = pq.ExecStatus.TUPLES_OK
+_ANSWERED = (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.COMMAND_OK, pq.ExecStatus.EMPTY_QUERY)
+
+
+def _query(conn: psycopg.Connection[Any], text: bytes) -> list[pq.abc.PGresult]:
+    """Send ``text`` (statements bound on the client, one simple query) and wait for every result, as
+    ``ClientCursor.execute`` does without a cursor's bookkeeping (the results are read as
+    :meth:`_PostgresRows.send` needs them); raises the first error as psycopg's own exception."""
+    with conn.lock:
+        if conn.closed:
+            raise psycopg.OperationalError("the connection is closed")
+        conn.pgconn.send_query(text)
+        results: list[pq.abc.PGresult] = conn.wait(generators.execute(conn.pgconn))
+    if not results:
+        raise psycopg.InternalError("got no result from the query")
+    for result in results:
+        if result.status not in _ANSWERED:
+            if result.status == pq.ExecStatus.FATAL_ERROR:
+                raise psycopg.errors.error_from_result(result, encoding=conn.info.encoding)
+            raise psycopg.InternalError(f"unexpected result status: {pq.ExecStatus(result.status).name}")
+    return results
 
 
 class _Answer:
@@ -462,7 +546,7 @@ class _PostgresRows(Rows):
         self._partitions = partitions
         self._locked = False  # this unit holds its write lock
         self._held: set[tuple[str, str]] = set()  # the keys whose own locks it holds
-        self._kept: list[tuple[str, _Answer]] = []  # statements not sent yet, bound, with their answers
+        self._kept: list[tuple[bytes, _Answer]] = []  # statements not sent yet, bound, with their answers
         self._refusals: list[tuple[_Answer, str]] = []  # the checked writes, with what each refuses
         self._began = False  # a query of this unit has been sent
         self._failed = False  # one of its queries failed: the transaction is aborted, nothing commits
@@ -479,15 +563,14 @@ class _PostgresRows(Rows):
         known. A checked write that changed no row raises KeyError with what it refuses."""
         kept, self._kept = self._kept, []
         if last is not None:
-            kept.append((last, _Answer(self)))
+            kept.append((last.encode(), _Answer(self)))
         if not kept:
             return
         if self._failed:
             raise RuntimeError("a statement of this unit failed: its transaction is aborted")
-        cursor = self._cursor
         self._began = True
         try:
-            cursor.execute("; ".join(text for text, _ in kept))
+            results = _query(self._cursor.connection, b"; ".join(text for text, _ in kept))
         except psycopg.errors.DivisionByZero:  # a checked write changed nothing (write_checked)
             self._failed = True
             sent = {id(answer) for _, answer in kept}
@@ -496,10 +579,17 @@ class _PostgresRows(Rows):
         except BaseException:
             self._failed = True
             raise
-        for _, answer in kept:
-            self._status = cursor.statusmessage or ""
-            answer.known(cursor.rowcount, cursor.fetchall() if cursor.description else [])
-            cursor.nextset()
+        load = self.prepared.load
+        for (_, answer), result in zip(kept, results, strict=True):
+            status = result.command_status
+            self._status = status.decode() if status else ""
+            if result.status == _TUPLES_OK:
+                load.set_pgresult(result)
+                count = result.ntuples
+                answer.known(count, load.load_rows(0, count, tuple))
+            else:
+                tuples = result.command_tuples
+                answer.known(-1 if tuples is None else tuples, [])
 
     def finish(self, last: str) -> None:
         """The unit's end: what is kept, then ``last`` (COMMIT or ROLLBACK), in one query; nothing

@@ -234,3 +234,34 @@ def test_on_postgresql_a_connection_whose_prepared_statement_went_stale_prepares
                 assert view.merchants.get("mer_1") == merchant()
     finally:
         one.close()
+
+
+def test_on_postgresql_values_are_bound_as_psycopg_binds_them_and_read_back_unchanged(store: Store) -> None:
+    """A unit writes each value into its statement as the literal psycopg's own client-side binding
+    writes (quotes, backslashes, a percent sign, NULL, a negative number, bytes), cutting each
+    statement once rather than at every use; a statement whose values do not fit its placeholders is
+    refused as psycopg refuses it; text of any of these shapes is stored and read back unchanged."""
+    if not isinstance(store, PostgresStore):
+        pytest.skip("values are bound on the client on PostgreSQL's connections only")
+    awkward = ["it's", "back\\slash", "100% sure; --", "", "élan ✓", "%s %(x)s %%", "line\nbreak"]
+    with store.glance() as tx:
+        rows = tx.rows
+        cursor = psycopg.ClientCursor(rows.conn)
+        cases: list[tuple[str, Any]] = [
+            ("SELECT %s, %s, %s, %s", (awkward[0], None, -5, True)),
+            ("SELECT %s, %s::bytea, %s", (awkward[1], b"\x00\x01'", 2**62)),
+            ("SELECT %(a)s, %(b)s, %(a)s, '50%%'", {"a": awkward[2], "b": awkward[5]}),
+            ("SELECT %s = %s, %s", [awkward[3], awkward[4], awkward[6]]),
+        ]
+        for sql, params in cases:
+            assert rows.prepared.bind(cursor, sql, params) == cursor.mogrify(sql, params).encode()
+        for sql, params in [("SELECT %s, %s", ("one",)), ("SELECT %(a)s", {"b": 1})]:
+            with pytest.raises(psycopg.ProgrammingError):
+                rows.prepared.bind(cursor, sql, params)
+    for n, name in enumerate(awkward[:3] + awkward[4:]):
+        with store.transaction() as tx:
+            tx.merchants.put(attrs.evolve(merchant(), id=f"mer_{n}", name=name))
+    with store.read() as view:
+        for n, name in enumerate(awkward[:3] + awkward[4:]):
+            found = view.merchants.get(f"mer_{n}")
+            assert found is not None and found.name == name
