@@ -542,9 +542,9 @@ class Counter:
                 counter._note(f"{id(cursor)} {query}")
             return real_execute(cursor, query, *args, **kwargs)
 
-        def bound(prepared: Any, cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
-            counter._note(f"{id(cursor)} {query}")  # one statement the PostgreSQL store keeps to send
-            return real_bound(prepared, cursor, query, *args, **kwargs)
+        def bound(prepared: Any, conn: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+            counter._note(f"{id(conn)} {query}")  # one statement the PostgreSQL store keeps to send
+            return real_bound(prepared, conn, query, *args, **kwargs)
 
         def command(conn: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
             counter._note(f"{id(conn)} {query!r}")

@@ -317,8 +317,10 @@ _OTHER_PERCENT = re.compile(r"%(?!%|s|\(\w+\)s)")
 
 
 def _template(sql: str) -> _Template | None:
-    if sql in _templates:
+    try:  # one lookup: another thread may clear the dictionary between two
         return _templates[sql]
+    except KeyError:
+        pass
     names: list[str] = []
     count = 0
     found: _Template | None = None
@@ -374,12 +376,12 @@ class _Prepared:
         self.load = adapt.Transformer(conn)  # rows read with the connection's loaders, as a cursor's
         self.utf8 = conn.info.encoding == "utf-8"  # the statements' texts are cut as UTF-8
 
-    def bound(self, cursor: psycopg.ClientCursor[Any], sql: str, params: Any) -> bytes:
+    def bound(self, conn: psycopg.Connection[Any], sql: str, params: Any) -> bytes:
         """``sql`` with ``params``, as the statement to send: its EXECUTE when it is prepared."""
         call = self.calls.get(sql)
         if call is not None:
-            return self.bind(cursor, call, params)
-        text = self.bind(cursor, sql, params)  # first: a statement that does not bind raises here
+            return self.bind(conn, call, params)
+        text = self.bind(conn, sql, params)  # first: a statement that does not bind raises here
         if (
             len(self.calls) + len(self.waiting) < MAX_PREPARED
             and sql not in self.refused
@@ -392,7 +394,7 @@ class _Prepared:
                 self.waiting.append((sql, isinstance(params, Mapping)))
         return text
 
-    def bind(self, cursor: psycopg.ClientCursor[Any], sql: str, params: Any) -> bytes:
+    def bind(self, conn: psycopg.Connection[Any], sql: str, params: Any) -> bytes:
         """``sql`` with each value written as its literal: the text psycopg's ``mogrify`` gives, cut
         once per statement (:func:`_template`) instead of at every use; psycopg binds what the cut
         does not take, and raises for values that do not fit the placeholders."""
@@ -403,7 +405,7 @@ class _Prepared:
             if values is not None and len(values) == count and not isinstance(values, str | bytes):
                 literal = self.literal
                 return text % tuple(b"NULL" if value is None else literal(value) for value in values)
-        return cursor.mogrify(sql, params).encode(cursor.connection.info.encoding)
+        return psycopg.ClientCursor(conn).mogrify(sql, params).encode(conn.info.encoding)
 
     def prepare_waiting(self, conn: psycopg.Connection[Any]) -> None:
         """PREPARE the statements waiting, if ``conn`` is idle (outside any transaction)."""
@@ -538,7 +540,6 @@ class _PostgresRows(Rows):
         partitions: int = 0,
     ) -> None:
         super().__init__(POSTGRESQL, conn, writable=writable)
-        self._cursor = psycopg.ClientCursor(conn)
         self.prepared = _prepared(conn)
         self._write_lock = write_lock
         self._namespace = rate_namespace
@@ -555,7 +556,7 @@ class _PostgresRows(Rows):
     def keep(self, sql: str, params: Any = ()) -> _Answer:
         """Keep a statement to send with the next one whose answer is asked for."""
         answer = _Answer(self)
-        self._kept.append((self.prepared.bound(self._cursor, sql, params), answer))
+        self._kept.append((self.prepared.bound(self.conn, sql, params), answer))
         return answer
 
     def send(self, last: str | None = None) -> None:
@@ -570,7 +571,7 @@ class _PostgresRows(Rows):
             raise RuntimeError("a statement of this unit failed: its transaction is aborted")
         self._began = True
         try:
-            results = _query(self._cursor.connection, b"; ".join(text for text, _ in kept))
+            results = _query(self.conn, b"; ".join(text for text, _ in kept))
         except psycopg.errors.DivisionByZero:  # a checked write changed nothing (write_checked)
             self._failed = True
             sent = {id(answer) for _, answer in kept}

@@ -254,10 +254,10 @@ def test_on_postgresql_values_are_bound_as_psycopg_binds_them_and_read_back_unch
             ("SELECT %s = %s, %s", [awkward[3], awkward[4], awkward[6]]),
         ]
         for sql, params in cases:
-            assert rows.prepared.bind(cursor, sql, params) == cursor.mogrify(sql, params).encode()
+            assert rows.prepared.bind(rows.conn, sql, params) == cursor.mogrify(sql, params).encode()
         for sql, params in [("SELECT %s, %s", ("one",)), ("SELECT %(a)s", {"b": 1})]:
             with pytest.raises(psycopg.ProgrammingError):
-                rows.prepared.bind(cursor, sql, params)
+                rows.prepared.bind(rows.conn, sql, params)
     for n, name in enumerate(awkward[:3] + awkward[4:]):
         with store.transaction() as tx:
             tx.merchants.put(attrs.evolve(merchant(), id=f"mer_{n}", name=name))
