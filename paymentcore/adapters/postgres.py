@@ -519,7 +519,7 @@ class _Answer:
 
 
 class _PostgresRows(Rows):
-    """A unit's statements, bound on the client (psycopg's ``ClientCursor``) and kept until an answer
+    """A unit's statements, bound on the client (:meth:`_Prepared.bind`) and kept until an answer
     is asked for: then every statement not sent yet goes in one query of several statements, one round
     trip, and the unit's end sends the rest with its COMMIT (or ROLLBACK). psycopg's pipeline mode gives
     the same round trips but waits on the socket, and hands the interpreter's lock over, once per
