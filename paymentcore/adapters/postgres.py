@@ -369,11 +369,11 @@ class _Prepared:
         self.uses: dict[str, int] = {}  # statements not prepared (yet): how often sent
         self.refused: set[str] = set()
         self.waiting: list[tuple[str, bool]] = []  # to prepare once the connection is idle (named?)
-        # each value's SQL literal, as psycopg's client-side binding writes it (its dumpers, quoting
-        # and escaping), with the connection's adapters: one Transformer for the connection's life
-        # rather than one a statement
-        self.literal = adapt.Transformer(conn).as_literal
-        self.load = adapt.Transformer(conn)  # rows read with the connection's loaders, as a cursor's
+        # the connection's adapters, one Transformer for the connection's life (rather than one a
+        # statement), as a cursor keeps one: its dumpers write each value's SQL literal as psycopg's
+        # client-side binding does (quoting, escaping), its loaders read the rows of each result
+        self.load = adapt.Transformer(conn)
+        self.literal = self.load.as_literal
         self.utf8 = conn.info.encoding == "utf-8"  # the statements' texts are cut as UTF-8
 
     def bound(self, conn: psycopg.Connection[Any], sql: str, params: Any) -> bytes:
