@@ -37,6 +37,8 @@ def fingerprint(operation: str, arguments: Mapping[str, Any]) -> str:
 
 
 def _plain(value: object) -> object:
+    if value is None or type(value) is str:  # most arguments: written as they are, no check further
+        return value
     if isinstance(value, Command):
         return value.fingerprint()
     if isinstance(value, enum.Enum):

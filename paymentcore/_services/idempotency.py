@@ -81,9 +81,10 @@ class Idempotency:
         ``key`` was used for this ``command``, the answer kept then (IdempotencyKeyReusedError when it was
         used for another). Without a key, just the body.
 
-        ``read_first`` looks for a kept answer in a read view before taking the write lock (a replay
-        then needs none); it is looked for again under the lock, where a request with the same key may
-        have committed meanwhile. On a store partitioned by merchant (``ports.PartitionedStore``) the
+        ``read_first`` looks for a kept answer before taking the write lock (a replay then needs none),
+        in a glance (``Deps.glance``: on SQLite one statement, with no BEGIN and ROLLBACK around it); it
+        is looked for again under the lock, where a request with the same key may have committed
+        meanwhile. On a store partitioned by merchant (``ports.PartitionedStore``) the
         merchant's own write transaction answers a replay without waiting for other merchants, so the
         read view, a round trip more for every request, is skipped.
 
@@ -93,7 +94,7 @@ class Idempotency:
         """
         print_ = command.fingerprint()
         if read_first and key is not None and not deps.partitioned:
-            with deps.store.read() as view:
+            with deps.glance() as view:
                 replay = self._replay(view, merchant_id, key, print_, deps.clock.now(), answer)
             if replay is not None:  # the original answer, whatever changed since
                 return replay

@@ -144,9 +144,10 @@ class SqliteStore:
         """A write transaction, durable when the block exits without an exception.
 
         With group commit (the default) every write transaction of this process runs on one writer
-        connection inside a SAVEPOINT of a shared SQLite transaction; the last writer of a burst (or
-        the 64th) commits, and every writer returns only after that COMMIT. One fsync then makes a
-        whole burst durable, and a failing block rolls back only its own savepoint.
+        connection in a shared SQLite transaction, each after the first inside a SAVEPOINT of its own;
+        the last writer of a burst (or the 64th) commits, and every writer returns only after that
+        COMMIT. One fsync then makes a whole burst durable, and a failing block rolls back only its own
+        writes (the first, alone in the transaction so far, rolls the transaction back).
         """
         if self._group is None:
             conn = self._conn()
@@ -240,19 +241,28 @@ class _GroupCommit:
         batch: _Batch | None = None
         try:
             conn = self._writer()
-            if self._batch is None:
+            # the batch's first unit needs no savepoint: should it fail, the whole transaction, which
+            # holds nothing else, is rolled back
+            first = self._batch is None
+            if first:
                 conn.execute("BEGIN IMMEDIATE")
                 self._batch = _Batch()
             batch = self._batch
-            conn.execute("SAVEPOINT unit")
+            assert batch is not None
+            if not first:
+                conn.execute("SAVEPOINT unit")
             try:
                 yield SqliteTransaction(conn)
             except BaseException as exc:
                 failure = exc
+                if first:
+                    self._abort(batch, exc)  # nobody else waits for this batch
+                    raise
                 conn.execute("ROLLBACK TO unit")
                 conn.execute("RELEASE unit")
             else:
-                conn.execute("RELEASE unit")
+                if not first:
+                    conn.execute("RELEASE unit")
                 batch.size += 1
             with self._count_lock:
                 alone = self._waiting == 0
