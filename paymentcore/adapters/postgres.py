@@ -279,32 +279,23 @@ PREPARED_STALE = ("26000", "0A000")
 
 def _numbered(sql: str, named: bool) -> tuple[str, str] | None:
     """``sql`` with its placeholders numbered for PREPARE ($1, $2, ...: a named value once, however
-    often it appears), and the values' placeholders in that order for its EXECUTE; None when its
-    placeholders are not all of the kind its values are (positional or named)."""
-    names: dict[str, int] = {}
-    count = 0
-    mixed = False
-
-    def number(found: re.Match[str]) -> str:
-        nonlocal count, mixed
-        if found.group() == "%%":
-            return "%"
-        name = found.group(1)
-        if (name is not None) != named:
-            mixed = True
-            return found.group()
-        if name is None:
-            count += 1
-            return f"${count}"
-        if name not in names:
-            names[name] = len(names) + 1
-        return f"${names[name]}"
-
-    numbered = _PLACEHOLDER.sub(number, sql)
-    if mixed:
+    often it appears), and the values' placeholders in that order for its EXECUTE; None when the cut
+    for binding (:func:`_template`) does not take it, or its placeholders are not of the kind its values
+    are (positional or named)."""
+    template = _template(sql)
+    if template is None:
         return None
-    values = [f"%({name})s" for name in names] if named else ["%s"] * count
-    return numbered, ", ".join(values)
+    text, count, names = template
+    if (names is not None) != named and count:
+        return None
+    order = list(dict.fromkeys(names or ()))
+    numbers = iter([order.index(name) + 1 for name in names] if names else range(1, count + 1))
+    pieces = [
+        "%" if piece == "%%" else f"${next(numbers)}" if piece == "%s" else piece
+        for piece in _CUT.split(text.decode())
+    ]
+    values = [f"%({name})s" for name in order] if names else ["%s"] * count
+    return "".join(pieces), ", ".join(values)
 
 
 #: the statements' texts cut for binding: bytes for ``%`` with a ``%s`` per value, and the names of the
@@ -314,6 +305,7 @@ _Template = tuple[bytes, int, tuple[str, ...] | None]
 _templates: dict[str, _Template | None] = {}
 _TEMPLATES_KEPT = 2000  # statements with a list of values (``IN (%s, %s, ...)``) come in many lengths
 _OTHER_PERCENT = re.compile(r"%(?!%|s|\(\w+\)s)")
+_CUT = re.compile(r"(%%|%s)")  # a template's literal % and its values' places
 
 
 def _template(sql: str) -> _Template | None:
