@@ -51,6 +51,7 @@ __all__ = [
     "DeliveryRepository",
     "DeliveryResult",
     "DeliveryTarget",
+    "DueRef",
     "ExchangeRates",
     "GlancingStore",
     "IdempotencyRepository",
@@ -136,6 +137,17 @@ class Tally:
     status: str
     count: int
     amount: int
+
+
+@attrs.frozen
+class DueRef:
+    """An item of work listed by ``due_refs``: its key (a reference, an event id), its lane
+    (``_queries.payout_lane``, ``collection_lane``, ``event_lane``) and its merchant; what a worker
+    needs to plan its claims, without the record itself, which the claim reads."""
+
+    key: str
+    lane: str
+    merchant: str
 
 
 @attrs.frozen
@@ -228,6 +240,10 @@ class CollectionRepository(Protocol):
         (``_queries.in_turns``)."""
         ...
 
+    def due_refs(self, now: int, limit: int, *, per_lane: int | None = None) -> list[DueRef]:
+        """What ``due`` lists, in its order, as references (the worker's listing)."""
+        ...
+
     def count_due(self, now: int) -> int:
         """How many collections ``due`` would list without a limit."""
         ...
@@ -299,6 +315,10 @@ class PayoutRepository(Protocol):
         """Payouts for which ``_queries.payout_is_due``, in ``_queries.payouts_in_due_order`` (a round
         over the merchants with work); with ``per_lane``, only the first that many of each lane
         (``payout_lane``) in that order (``_queries.at_most_per_lane``)."""
+        ...
+
+    def due_refs(self, now: int, limit: int, *, per_lane: int | None = None) -> list[DueRef]:
+        """What ``due`` lists, in its order, as references (the worker's listing)."""
         ...
 
     def count_due(self, now: int) -> int:
@@ -508,6 +528,10 @@ class Outbox(Protocol):
         """Events for which ``_queries.event_is_due``, oldest first (ties: in the order written); with
         ``per_lane``, at most that many of each lane (``event_lane``), taken in turns
         (``_queries.in_turns``)."""
+        ...
+
+    def due_refs(self, now: int, limit: int, *, per_lane: int | None = None) -> list[DueRef]:
+        """What ``due`` lists, in its order, as references (the worker's listing)."""
         ...
 
     def defer(self, merchant_id: str, until: int) -> int:

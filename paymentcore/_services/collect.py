@@ -53,7 +53,6 @@ from paymentcore._domain.pages import (
     page_of,
     unknown_cursor,
 )
-from paymentcore._domain.queries import collection_lane
 from paymentcore._domain.records import (
     Collection,
     Page,
@@ -505,8 +504,8 @@ class Collect:
 
     def due(self, tx: Transaction, now: int, limit: int) -> builtins.list[Due]:
         # a lane per provider: a mobile network that hangs holds up only its own collections
-        due = tx.collections.due(now, limit, per_lane=LANE_DEPTH)
-        return [Due(key=c.reference, lane=collection_lane(c), merchant=c.merchant_id) for c in due]
+        due = tx.collections.due_refs(now, limit, per_lane=LANE_DEPTH)  # the claims read the records
+        return [Due(key=ref.key, lane=ref.lane, merchant=ref.merchant) for ref in due]
 
     def renew(self, tx: Transaction, key: str, held_until: int, until: int) -> bool:
         collection = tx.collections.get(key)

@@ -66,7 +66,7 @@ from paymentcore._domain.policy import (
     effective_limits,
     held_for_review,
 )
-from paymentcore._domain.queries import BATCH_OPEN_STATUSES, payout_is_due, payout_lane
+from paymentcore._domain.queries import BATCH_OPEN_STATUSES, payout_is_due
 from paymentcore._domain.records import (
     BatchItem,
     BatchPayout,
@@ -763,8 +763,8 @@ class Disburse:
         # payouts of a merchant's batch of 1,000 do not go before every other merchant's payouts; a lane
         # per provider: a mobile network that hangs holds up only its own payouts (LANE_DEPTH of each
         # listed: the rest would only be decoded to wait for the next listing)
-        due = tx.payouts.due(now, limit, per_lane=LANE_DEPTH)
-        return [Due(payout.reference, payout_lane(payout), merchant=payout.merchant_id) for payout in due]
+        due = tx.payouts.due_refs(now, limit, per_lane=LANE_DEPTH)  # the claims read the records
+        return [Due(ref.key, ref.lane, merchant=ref.merchant) for ref in due]
 
     def renew(self, tx: Transaction, key: str, held_until: int, until: int) -> bool:
         payout = tx.payouts.get(key)

@@ -322,9 +322,13 @@ class Webhooks:
     def due(self, tx: Transaction, now: int, limit: int) -> list[Due]:
         # a lane per endpoint (one per merchant), listed in turns: an endpoint with 10,000 events due
         # stands no further ahead than one with a single event
-        events = [*tx.outbox.due(now, limit, per_lane=LANE_DEPTH), *tx.outbox.resends_due(now, limit)]
-        found: dict[str, Due] = {}
-        for event in events:  # each event once, at its first place (a retry and a resend may both be due)
+        # listed as references (the claims read the events); each event once, at its first place (a
+        # retry and a resend may both be due)
+        found = {
+            ref.key: Due(ref.key, ref.lane, ref.merchant)
+            for ref in tx.outbox.due_refs(now, limit, per_lane=LANE_DEPTH)
+        }
+        for event in tx.outbox.resends_due(now, limit):
             found.setdefault(event.id, Due(key=event.id, lane=event_lane(event), merchant=event.merchant_id))
         return list(found.values())
 

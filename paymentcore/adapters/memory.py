@@ -58,7 +58,7 @@ from paymentcore._domain.queries import (
     payout_lane,
     payouts_in_due_order,
 )
-from paymentcore.ports import CurrencyTotal, KeyLookup, PayoutInputs, StoreUnavailableError, Tally
+from paymentcore.ports import CurrencyTotal, DueRef, KeyLookup, PayoutInputs, StoreUnavailableError, Tally
 
 __all__ = [
     "MemoryStore",
@@ -271,6 +271,10 @@ class _Collections(_Repository):
             due = in_turns(due, collection_lane, per_lane)
         return due[:limit]
 
+    def due_refs(self, now: int, limit: int, *, per_lane: int | None = None) -> list[DueRef]:
+        due = self.due(now, limit, per_lane=per_lane)
+        return [DueRef(c.reference, collection_lane(c), c.merchant_id) for c in due]
+
     def count_due(self, now: int) -> int:
         return sum(1 for c in self._t.values("collections") if collection_is_due(c, now))
 
@@ -366,6 +370,10 @@ class _Payouts(_Repository):
     def due(self, now: int, limit: int, *, per_lane: int | None = None) -> list[Payout]:
         due = payouts_in_due_order(p for p in self._t.values("payouts") if payout_is_due(p, now))
         return (due if per_lane is None else at_most_per_lane(due, payout_lane, per_lane))[:limit]
+
+    def due_refs(self, now: int, limit: int, *, per_lane: int | None = None) -> list[DueRef]:
+        due = self.due(now, limit, per_lane=per_lane)
+        return [DueRef(p.reference, payout_lane(p), p.merchant_id) for p in due]
 
     def count_due(self, now: int) -> int:
         return sum(1 for p in self._t.values("payouts") if payout_is_due(p, now))
@@ -678,6 +686,9 @@ class _Outbox(_Repository):
         if per_lane is not None:
             due = in_turns(due, event_lane, per_lane)
         return due[:limit]
+
+    def due_refs(self, now: int, limit: int, *, per_lane: int | None = None) -> list[DueRef]:
+        return [DueRef(e.id, event_lane(e), e.merchant_id) for e in self.due(now, limit, per_lane=per_lane)]
 
     def defer(self, merchant_id: str, until: int) -> int:
         moved = [

@@ -61,7 +61,7 @@ from paymentcore._domain.queries import (
     PAYOUT_SEND_STATUSES,
     SPENT_STATUSES,
 )
-from paymentcore.ports import CurrencyTotal, KeyLookup, PayoutInputs, Tally
+from paymentcore.ports import CurrencyTotal, DueRef, KeyLookup, PayoutInputs, Tally
 
 __all__ = [
     "HOUR_MS",
@@ -509,6 +509,13 @@ def _in_turns(table: str, key: str, lane: str, due: str, order: str) -> str:
     )
 
 
+def _due_params(now: int, limit: int, per_lane: int | None) -> dict[str, int]:
+    """The values of a listing of due work (``_in_turns`` takes ``per_lane``)."""
+    if per_lane is None:
+        return {"now": now, "limit": limit}
+    return {"now": now, "per_lane": per_lane, "limit": limit}
+
+
 def _created(created_from: int | None, created_before: int | None) -> list[Condition]:
     conditions: list[Condition] = []
     if created_from is not None:
@@ -734,19 +741,24 @@ class _Collections(_Repository):
         self._rows.update(_COLLECTIONS, collection)
 
     def due(self, now: int, limit: int, *, per_lane: int | None = None) -> list[Collection]:
+        return self._rows.many(_COLLECTIONS, self._due(per_lane), _due_params(now, limit, per_lane))
+
+    def due_refs(self, now: int, limit: int, *, per_lane: int | None = None) -> list[DueRef]:
+        found = self._rows.run(
+            "SELECT collections.reference, coalesce(collections.provider, ''), collections.merchant_id"
+            f" FROM collections {self._due(per_lane)}",
+            _due_params(now, limit, per_lane),
+        )
+        return [DueRef(*row) for row in found.fetchall()]
+
+    def _due(self, per_lane: int | None) -> str:
         # in _queries.collection_due_order; in turns over _queries.collection_lane when per_lane is given
         least = self._rows.dialect.least
         order = f"{least}(expires_at, coalesce(next_check_at, expires_at)), collections.reference"
         due = f"reference IN ({_DUE_COLLECTIONS})"
         if per_lane is not None:
-            return self._rows.many(
-                _COLLECTIONS,
-                _in_turns("collections", "reference", "coalesce(provider, '')", due, order),
-                {"now": now, "per_lane": per_lane, "limit": limit},
-            )
-        return self._rows.many(
-            _COLLECTIONS, f"WHERE {due} ORDER BY {order} LIMIT :limit", {"now": now, "limit": limit}
-        )
+            return _in_turns("collections", "reference", "coalesce(provider, '')", due, order)
+        return f"WHERE {due} ORDER BY {order} LIMIT :limit"
 
     def count_due(self, now: int) -> int:
         return self._rows.count(f"SELECT count(*) FROM ({_DUE_COLLECTIONS}) AS due", {"now": now})
@@ -825,6 +837,7 @@ def _payout_due(dialect: Dialect) -> str:
     )
 
 
+_PAYOUT_COLUMNS = ", ".join(f"p.{column}" for column in _PAYOUTS.columns)
 #: built once per dialect, not in every transaction (a payout's unit of work opens the repositories)
 _PAYOUT_DUE = {dialect.name: _payout_due(dialect) for dialect in (SQLITE, POSTGRESQL)}
 
@@ -853,6 +866,13 @@ class _Payouts(_Repository):
         self._read.keep(payout.reference, payout)
 
     def due(self, now: int, limit: int, *, per_lane: int | None = None) -> list[Payout]:
+        return [_PAYOUTS.decode(row) for row in self._due_rows(_PAYOUT_COLUMNS, now, limit, per_lane)]
+
+    def due_refs(self, now: int, limit: int, *, per_lane: int | None = None) -> list[DueRef]:
+        rows = self._due_rows("p.reference, p.provider, p.merchant_id", now, limit, per_lane)
+        return [DueRef(*row) for row in rows]
+
+    def _due_rows(self, columns: str, now: int, limit: int, per_lane: int | None) -> list[Any]:
         # _queries.payout_is_due, in _queries.payouts_in_due_order: each merchant's payouts numbered in
         # their own order (next_check_at, reference), then every merchant's first, every second, ...;
         # with per_lane, only each lane's (provider's) first in that order (_queries.at_most_per_lane);
@@ -869,14 +889,13 @@ class _Payouts(_Repository):
                 f" AS lane_turn FROM ({turns}) AS turns) AS lanes WHERE lane_turn <= ?"
             )
             params = (now, per_lane, limit)
-        names = ", ".join(f"p.{column}" for column in _PAYOUTS.columns)
-        rows = self._rows.run(
-            f"SELECT {names} FROM ({turns} ORDER BY turn, next_check_at, reference LIMIT ?) AS due"
+        rows: list[Any] = self._rows.run(
+            f"SELECT {columns} FROM ({turns} ORDER BY turn, next_check_at, reference LIMIT ?) AS due"
             " JOIN payouts AS p ON p.reference = due.reference"
             " ORDER BY due.turn, due.next_check_at, due.reference",
             params,
         ).fetchall()
-        return [_PAYOUTS.decode(row) for row in rows]
+        return rows
 
     def count_due(self, now: int) -> int:
         return self._rows.count(f"SELECT count(*) FROM payouts WHERE {self._due}", (now,))
@@ -1187,18 +1206,22 @@ class _Outbox(_Repository):
         self._read.keep(event.id, event)
 
     def due(self, now: int, limit: int, *, per_lane: int | None = None) -> list[Event]:
+        return self._rows.many(_EVENTS, self._due(per_lane), _due_params(now, limit, per_lane))
+
+    def due_refs(self, now: int, limit: int, *, per_lane: int | None = None) -> list[DueRef]:
+        found = self._rows.run(
+            f"SELECT events.id, events.merchant_id FROM events {self._due(per_lane)}",
+            _due_params(now, limit, per_lane),
+        )
+        return [DueRef(key, merchant_id, merchant_id) for key, merchant_id in found.fetchall()]
+
+    def _due(self, per_lane: int | None) -> str:
         # _queries.event_is_due, oldest first; in turns over _queries.event_lane when per_lane is given
         due = f"{_DUE_EVENT} AND next_attempt_at <= :now"
         order = f"events.created_at, events.{self._rows.seq}"
         if per_lane is not None:
-            return self._rows.many(
-                _EVENTS,
-                _in_turns("events", "id", "merchant_id", due, order),
-                {"now": now, "per_lane": per_lane, "limit": limit},
-            )
-        return self._rows.many(
-            _EVENTS, f"WHERE {due} ORDER BY {order} LIMIT :limit", {"now": now, "limit": limit}
-        )
+            return _in_turns("events", "id", "merchant_id", due, order)
+        return f"WHERE {due} ORDER BY {order} LIMIT :limit"
 
     def defer(self, merchant_id: str, until: int) -> int:
         self._read.forget()  # rows it changes are read afresh

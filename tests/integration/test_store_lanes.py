@@ -11,11 +11,16 @@ from __future__ import annotations
 import random
 
 import attrs
-from test_store_contract import NOW, collection, event  # type: ignore[import-not-found, unused-ignore]
+from test_store_contract import (  # type: ignore[import-not-found, unused-ignore]
+    NOW,
+    collection,
+    event,
+    payout,
+)
 
-from paymentcore._domain.models import CollectionStatus, DeliveryStatus
-from paymentcore._domain.queries import collection_lane, event_lane, in_turns
-from paymentcore.ports import Store
+from paymentcore._domain.models import CollectionStatus, DeliveryStatus, PayoutStatus
+from paymentcore._domain.queries import collection_lane, event_lane, in_turns, payout_lane
+from paymentcore.ports import DueRef, Store
 
 
 def test_in_turns_takes_each_lane_in_turn_and_caps_a_lane() -> None:
@@ -99,6 +104,58 @@ def test_due_in_turns_agrees_with_the_one_definition_on_random_records(store: St
                 tx.outbox.due(NOW, limit, per_lane=per_lane)
                 == in_turns(plain_events, event_lane, per_lane)[:limit]
             )
+
+
+def test_the_workers_listing_names_what_due_lists_in_its_order(store: Store) -> None:
+    """``due_refs``, the worker's listing, is ``due``'s items as (key, lane, merchant), in ``due``'s
+    order, for payouts, collections and events, with and without a cap per lane."""
+    rng = random.Random(11)
+    providers = ["mtn_cm", "orange_cm", "moov_ci"]
+    merchants = [f"mer_{n}" for n in range(5)]
+    payouts = [
+        attrs.evolve(
+            payout(
+                f"PO-{n:03d}",
+                merchant_id=rng.choice(merchants),
+                status=rng.choice([PayoutStatus.PENDING, PayoutStatus.SENT, PayoutStatus.PAID]),
+                next_check_at=NOW - rng.randrange(0, 1000),
+            ),
+            provider=rng.choice(providers),
+        )
+        for n in range(90)
+    ]
+    collections = [
+        attrs.evolve(
+            collection(
+                f"REQ-{n:03d}", status=CollectionStatus.PROCESSING, next_check_at=NOW - rng.randrange(0, 1000)
+            ),
+            merchant_id=rng.choice(merchants),
+            provider=rng.choice([*providers, None]),
+        )
+        for n in range(90)
+    ]
+    events = [
+        event(f"evt_{n:03d}", merchant_id=rng.choice(merchants), created_at=NOW - rng.randrange(0, 1000))
+        for n in range(90)
+    ]
+    with store.transaction() as tx:
+        tx.payouts.add_many(payouts)
+        for c in collections:
+            tx.collections.add(c)
+        for e in events:
+            tx.outbox.add(e)
+    with store.read() as tx:
+        for per_lane, limit in ((None, 1000), (None, 7), (1, 100), (4, 23)):
+            listed = tx.payouts.due_refs(NOW, limit, per_lane=per_lane)
+            due_payouts = tx.payouts.due(NOW, limit, per_lane=per_lane)
+            assert listed == [DueRef(p.reference, payout_lane(p), p.merchant_id) for p in due_payouts]
+            listed = tx.collections.due_refs(NOW, limit, per_lane=per_lane)
+            due_collections = tx.collections.due(NOW, limit, per_lane=per_lane)
+            assert listed == [DueRef(c.reference, collection_lane(c), c.merchant_id) for c in due_collections]
+            listed = tx.outbox.due_refs(NOW, limit, per_lane=per_lane)
+            due_events = tx.outbox.due(NOW, limit, per_lane=per_lane)
+            assert listed == [DueRef(e.id, event_lane(e), e.merchant_id) for e in due_events]
+            assert due_payouts and due_collections and due_events
 
 
 def test_defer_moves_only_the_merchants_waiting_events(store: Store) -> None:
