@@ -781,9 +781,11 @@ class Disburse:
         if payout is None or not payout_is_due(payout, now):
             return None
         # another worker skips it until the lease runs out
-        payout = attrs.evolve(payout, next_check_at=now + self._deps.config.dispatch_lease_seconds * 1000)
+        lease = now + self._deps.config.dispatch_lease_seconds * 1000
         if payout.status is PayoutStatus.PENDING and payout.sent_at is None:
-            payout = attrs.evolve(payout, sent_at=now)
+            payout = attrs.evolve(payout, next_check_at=lease, sent_at=now)
+        else:
+            payout = attrs.evolve(payout, next_check_at=lease)
         tx.payouts.update(payout)
         return payout
 

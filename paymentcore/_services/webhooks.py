@@ -470,7 +470,6 @@ class Webhooks:
         event = tx.outbox.get(event_id)
         if event is None or event.status is not DeliveryStatus.PENDING:
             return
-        event = attrs.evolve(event, sent_as=outcome.name)
         attempts = event.attempts + 1
         current = tx.webhooks.get(event.merchant_id)
         if result.ok:
@@ -481,6 +480,7 @@ class Webhooks:
                     attempts=attempts,
                     delivered_at=now,
                     last_error=None,
+                    sent_as=outcome.name,
                 )
             )
             if current is not None and (current.consecutive_failures or not current.ever_succeeded):
@@ -493,7 +493,13 @@ class Webhooks:
             if result.retry_after is not None:
                 delay_ms = max(delay_ms, result.retry_after * 1000)
             tx.outbox.update(
-                attrs.evolve(event, attempts=attempts, next_attempt_at=now + delay_ms, last_error=error)
+                attrs.evolve(
+                    event,
+                    attempts=attempts,
+                    next_attempt_at=now + delay_ms,
+                    last_error=error,
+                    sent_as=outcome.name,
+                )
             )
             if result.status is None:
                 # no answer at all (a timeout, a refused connection): the endpoint's circuit opens, its
@@ -502,7 +508,9 @@ class Webhooks:
                 tx.outbox.defer(event.merchant_id, now + delay_ms)
             return
         tx.outbox.update(
-            attrs.evolve(event, status=DeliveryStatus.FAILED, attempts=attempts, last_error=error)
+            attrs.evolve(
+                event, status=DeliveryStatus.FAILED, attempts=attempts, last_error=error, sent_as=outcome.name
+            )
         )
         if current is None or current.url != endpoint.url or not current.is_active:
             return
