@@ -741,17 +741,17 @@ class _Collections(_Repository):
         self._rows.update(_COLLECTIONS, collection)
 
     def due(self, now: int, limit: int, *, per_lane: int | None = None) -> list[Collection]:
-        return self._rows.many(_COLLECTIONS, self._due(per_lane), _due_params(now, limit, per_lane))
+        return self._rows.many(_COLLECTIONS, self._listing(per_lane), _due_params(now, limit, per_lane))
 
     def due_refs(self, now: int, limit: int, *, per_lane: int | None = None) -> list[DueRef]:
         found = self._rows.run(
             "SELECT collections.reference, coalesce(collections.provider, ''), collections.merchant_id"
-            f" FROM collections {self._due(per_lane)}",
+            f" FROM collections {self._listing(per_lane)}",
             _due_params(now, limit, per_lane),
         )
         return [DueRef(*row) for row in found.fetchall()]
 
-    def _due(self, per_lane: int | None) -> str:
+    def _listing(self, per_lane: int | None) -> str:
         # in _queries.collection_due_order; in turns over _queries.collection_lane when per_lane is given
         least = self._rows.dialect.least
         order = f"{least}(expires_at, coalesce(next_check_at, expires_at)), collections.reference"
@@ -837,7 +837,7 @@ def _payout_due(dialect: Dialect) -> str:
     )
 
 
-_PAYOUT_COLUMNS = ", ".join(f"p.{column}" for column in _PAYOUTS.columns)
+_PAYOUT_COLUMNS = _columns(_PAYOUTS, "p")
 #: built once per dialect, not in every transaction (a payout's unit of work opens the repositories)
 _PAYOUT_DUE = {dialect.name: _payout_due(dialect) for dialect in (SQLITE, POSTGRESQL)}
 
@@ -1206,16 +1206,16 @@ class _Outbox(_Repository):
         self._read.keep(event.id, event)
 
     def due(self, now: int, limit: int, *, per_lane: int | None = None) -> list[Event]:
-        return self._rows.many(_EVENTS, self._due(per_lane), _due_params(now, limit, per_lane))
+        return self._rows.many(_EVENTS, self._listing(per_lane), _due_params(now, limit, per_lane))
 
     def due_refs(self, now: int, limit: int, *, per_lane: int | None = None) -> list[DueRef]:
         found = self._rows.run(
-            f"SELECT events.id, events.merchant_id FROM events {self._due(per_lane)}",
+            f"SELECT events.id, events.merchant_id FROM events {self._listing(per_lane)}",
             _due_params(now, limit, per_lane),
         )
         return [DueRef(key, merchant_id, merchant_id) for key, merchant_id in found.fetchall()]
 
-    def _due(self, per_lane: int | None) -> str:
+    def _listing(self, per_lane: int | None) -> str:
         # _queries.event_is_due, oldest first; in turns over _queries.event_lane when per_lane is given
         due = f"{_DUE_EVENT} AND next_attempt_at <= :now"
         order = f"events.created_at, events.{self._rows.seq}"

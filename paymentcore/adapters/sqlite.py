@@ -255,18 +255,18 @@ class _GroupCommit:
                 yield SqliteTransaction(conn)
             except BaseException as exc:
                 failure = exc
-                if first:
-                    self._abort(batch, exc)  # nobody else waits for this batch
-                    raise
-                conn.execute("ROLLBACK TO unit")
-                conn.execute("RELEASE unit")
+                if first:  # the transaction holds this unit alone: rolled back whole, the batch ends
+                    self._abort(batch, exc)
+                else:
+                    conn.execute("ROLLBACK TO unit")
+                    conn.execute("RELEASE unit")
             else:
                 if not first:
                     conn.execute("RELEASE unit")
                 batch.size += 1
             with self._count_lock:
                 alone = self._waiting == 0
-            if alone or batch.size >= self._max_batch:
+            if not batch.done.is_set() and (alone or batch.size >= self._max_batch):
                 self._commit(conn, batch)
         except BaseException as exc:  # BEGIN or the commit itself failed
             if batch is not None and not batch.done.is_set():
