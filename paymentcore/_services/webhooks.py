@@ -22,6 +22,7 @@ import secrets
 import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from functools import partial
 from types import MappingProxyType
 from typing import Any
 
@@ -66,6 +67,7 @@ from paymentcore._services.deps import Deps, require_merchant
 from paymentcore._services.idempotency import Answer, Idempotency, check_key
 from paymentcore._services.urlsafety import MAX_URL_LENGTH, UnsafeUrlError, check_webhook_url
 from paymentcore._services.work import LANE_DEPTH, Due, Runner
+from paymentcore.observe import Observer
 from paymentcore.ports import DeliveryResult, DeliveryTarget, Transaction
 
 DISABLED_REASON = "Disabled after {n} consecutive failed events."
@@ -86,6 +88,10 @@ _STORED = {
 
 def event_name(event_type: str, events: str) -> str:
     return LEGACY_NAMES.get(event_type, event_type) if events == "legacy" else event_type
+
+
+def _attempt_seen(observer: Observer, *, delivered: bool) -> None:
+    observer.delivery_attempt(delivered=delivered)
 
 
 def event_body(event: Event, name: str) -> dict[str, Any]:
@@ -373,13 +379,45 @@ class Webhooks:
         return None
 
     def act(self, claim: _Attempt, now: int) -> _Sent | None:
-        sent = self._attempt(claim, now)
-        if not sent.result.attempted:
-            return None  # the request never left: no attempt to record; the event is due again
-        self._deps.observe(lambda observer: observer.delivery_attempt(delivered=sent.result.ok))
+        [sent] = self.act_many([claim], now)
         return sent
 
-    def _attempt(self, claim: _Attempt, now: int) -> _Sent:
+    def act_many(self, claims: Sequence[_Attempt], now: int) -> list[_Sent | None]:
+        """:meth:`act` for several claimed deliveries (of one endpoint, as a pump's turn holds), sent at
+        once by the sender when it can (``send_many``: the requests written, then the answers read)."""
+        deps = self._deps
+        prepared = [self._prepare(claim, now) for claim in claims]
+        ready = [one for one in prepared if not isinstance(one, _Sent)]
+        sender = deps.webhook_sender()
+        timeout = deps.config.webhook_timeout
+        send_many = getattr(sender, "send_many", None)
+        answers: list[tuple[DeliveryResult, float]] = []
+        if send_many is not None:
+            answers = send_many([(target, headers, body) for _, target, headers, body in ready], timeout)
+        else:  # a sender of the port's one method
+            for _, target, headers, body in ready:
+                began = time.perf_counter()
+                answers.append((sender.send(target, headers, body, timeout), time.perf_counter() - began))
+        results = iter(answers)
+        out: list[_Sent | None] = []
+        for one in prepared:
+            if isinstance(one, _Sent):
+                sent = one
+            else:
+                result, seconds = next(results)
+                sent = _Sent(result, one[0], now, round(seconds * 1000))
+            if not sent.result.attempted:
+                out.append(None)  # the request never left: no attempt to record; the event is due again
+                continue
+            deps.observe(partial(_attempt_seen, delivered=sent.result.ok))
+            out.append(sent)
+        return out
+
+    def _prepare(
+        self, claim: _Attempt, now: int
+    ) -> tuple[str, DeliveryTarget, dict[str, str], bytes] | _Sent:
+        """The delivery's request (the event's name, where to, the signed headers, the body), or what
+        came of it without a request (a secret or an address refused)."""
         deps = self._deps
         config = deps.config
         event, endpoint = claim.event, claim.endpoint
@@ -407,9 +445,7 @@ class Webhooks:
             target = self._target(endpoint.url, config.allow_private_webhooks)
         except UnsafeUrlError as exc:
             return _Sent(DeliveryResult(status=None, error=f"refused address: {exc.reason}"), name, now, 0)
-        started = time.perf_counter()
-        result = deps.webhook_sender().send(target, headers, body, config.webhook_timeout)
-        return _Sent(result, name, now, round((time.perf_counter() - started) * 1000))
+        return name, target, headers, body
 
     def _target(self, url: str, allow_private: bool) -> DeliveryTarget:
         """Where a delivery to ``url`` goes (:func:`check_webhook_url`). A host name is resolved and

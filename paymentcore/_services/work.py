@@ -16,9 +16,9 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Generic, Protocol, TypeVar
 
 import attrs
@@ -26,7 +26,7 @@ import attrs
 from paymentcore._domain.queries import in_turns
 from paymentcore.ports import Clock, Store, Transaction
 
-__all__ = ["LANE_DEPTH", "Claimed", "Due", "Pump", "Runner", "Task", "check_again_at"]
+__all__ = ["LANE_DEPTH", "TURN_BUDGET", "Claimed", "Due", "Pump", "Runner", "Task", "check_again_at"]
 
 log = logging.getLogger("paymentcore.worker")
 
@@ -34,6 +34,11 @@ log = logging.getLogger("paymentcore.worker")
 #: a lane runs a few items at a time, and a listing is read again when it is used up, so a deeper one
 #: would only decode rows that wait for the next listing anyway
 LANE_DEPTH = 64
+
+#: a lane whose actions take at most this long each (as recently seen) has the items a round starts of
+#: it handed to one pool thread in turns of as many as fit in it, acted on together where the task can
+#: (the webhook deliveries of one endpoint) or else one after another; a slower lane one item a thread
+TURN_BUDGET = 0.005
 
 #: the longest wait a network may name before the next status check (a longer one, or one given in
 #: the wrong unit, would park the item): the check comes then, and the network may name another
@@ -252,6 +257,31 @@ class Runner(Generic[ClaimT, OutcomeT]):
         lasts); None when nothing was learnt (the item is due again once its lease runs out)."""
         return self._act(claimed.item.key, claimed.claim, claimed.lease, claimed.item.merchant)
 
+    def act_many(self, claimed: Sequence[Claimed[ClaimT]]) -> list[OutcomeT | None]:
+        """:meth:`act` for several claimed items, the leases of all of them renewed until they are done:
+        at once where the task can (its ``act_many``, say the webhook deliveries of one endpoint sent
+        together), else one after another. An action that raises counts as nothing learnt (for all of
+        them, where they went together)."""
+        if len(claimed) == 1:
+            return [self._act_logged(claimed[0])]
+        together = getattr(self.task, "act_many", None)
+        with self.holding(claimed):
+            if together is None:
+                return [self._act_logged(one) for one in claimed]
+            try:
+                outcomes: list[OutcomeT | None] = together([one.claim for one in claimed], self._clock.now())
+            except Exception:
+                log.exception("%s: %d items failed together; they stay due", self.kind, len(claimed))
+                return [None] * len(claimed)
+            return outcomes
+
+    def _act_logged(self, claimed: Claimed[ClaimT]) -> OutcomeT | None:
+        try:
+            return self.act(claimed)
+        except Exception:
+            log.exception("%s: %s failed; it stays due", self.kind, claimed.item.key)
+            return None
+
     def record_many(
         self,
         learnt: Sequence[tuple[Claimed[ClaimT], OutcomeT]],
@@ -337,17 +367,42 @@ class Runner(Generic[ClaimT, OutcomeT]):
             leases.take(key, now + self._lease_ms)
         return claim, now + self._lease_ms
 
+    @contextmanager
+    def holding(self, items: Sequence[Claimed[ClaimT]]) -> Iterator[None]:
+        """While the block runs, the leases of ``items`` (claimed, waiting for their turn to act) are
+        renewed as an acting item's are; an item's action, when it comes, goes on with that lease."""
+        moment = time.monotonic()
+        holds = {
+            one.item.key: _Hold(lease=one.lease, since=moment, merchant=one.item.merchant) for one in items
+        }
+        with self._acting_lock:
+            self._acting.update(holds)
+            self._watch()
+        try:
+            yield
+        finally:
+            with self._acting_lock:
+                for key, hold in holds.items():
+                    if self._acting.get(key) is hold:
+                        del self._acting[key]
+
+    def _watch(self) -> None:
+        """Under the acting lock: the thread that renews the leases of the items held here runs."""
+        if self._renewer is None:
+            self._renewer = threading.Thread(
+                target=self._renew_while_acting, name=f"paymentcore-{self.kind}-leases", daemon=True
+            )
+            self._renewer.start()
+
     def _act(self, key: str, claim: ClaimT, lease: int, merchant_id: str | None = None) -> OutcomeT | None:
         """The task's action, with the claim's lease renewed (a heartbeat) for as long as it lasts, so
-        that no other worker takes the item over while this one is still on it."""
-        hold = _Hold(lease=lease, since=time.monotonic(), merchant=merchant_id)
+        that no other worker takes the item over while this one is still on it (an item held while it
+        waited for its turn keeps the lease renewed meanwhile)."""
         with self._acting_lock:
-            self._acting[key] = hold
-            if self._renewer is None:
-                self._renewer = threading.Thread(
-                    target=self._renew_while_acting, name=f"paymentcore-{self.kind}-leases", daemon=True
-                )
-                self._renewer.start()
+            hold = self._acting.get(key)
+            if hold is None:
+                hold = self._acting[key] = _Hold(lease=lease, since=time.monotonic(), merchant=merchant_id)
+            self._watch()
         try:
             return self.task.act(claim, self._clock.now())
         finally:
@@ -436,13 +491,14 @@ class _Lane:
     one of its items has been in flight longer than that until one finishes quickly again.
     """
 
-    __slots__ = ("fresh", "proven", "slow", "suspect")
+    __slots__ = ("fresh", "pace", "proven", "slow", "suspect")
 
     def __init__(self) -> None:
         self.fresh = 0
         self.slow = 0
         self.proven = False
         self.suspect = False
+        self.pace: float | None = None  # seconds an action of the lane takes, as recently seen
 
 
 @attrs.define
@@ -583,9 +639,10 @@ class Pump:
                 log.exception("%s: worker round failed", self.name)
                 started = 0
             if not started:
-                if self._wake.wait(self._interval) and self._gather:
+                if self._wake.wait(self._interval) and self._gather and self.in_flight:
                     # items finish one by one: the slots freed within a moment are filled together
-                    # (one claim transaction for them) rather than one claim per finished item
+                    # (one claim transaction for them) rather than one claim per finished item; with
+                    # nothing left in flight (a turn's items finish together) there is none to wait for
                     self._stop.wait(self._gather)
                 self._wake.clear()
 
@@ -632,27 +689,59 @@ class Pump:
             if item.key not in taken:  # another unit holds it, or it is no longer due (another worker
                 self._finish(item, judge=False)  # took it): nothing ran, so its lane's verdict stands
         assert self._pool is not None or not claimed
-        for one in claimed:
+        for turn in self._turns(claimed):
             assert self._pool is not None
-            self._pool.submit(self._act, one)
+            self._pool.submit(self._act, turn)
         return len(started)
 
-    def _act(self, claimed: Claimed[Any]) -> None:
-        """On a pool thread: the item's action; its outcome joins the next batch to be recorded."""
+    def _turns(self, claimed: Sequence[Claimed[Any]]) -> list[list[Claimed[Any]]]:
+        """The claimed items in the runs a pool thread acts on, one item after another: a lane whose
+        actions are quick (``pace`` within :data:`TURN_BUDGET`) has its items run a few at a time by one
+        thread (the hand-over to a thread and back costs more than such an action), any other lane's
+        one item a thread, so that a slow action holds up no other."""
+        lanes: dict[str, list[Claimed[Any]]] = {}
+        for one in claimed:
+            lanes.setdefault(one.item.lane, []).append(one)
+        turns: list[list[Claimed[Any]]] = []
+        with self._lock:
+            for name, items in lanes.items():
+                lane = self._lanes.get(name)
+                pace = None if lane is None or lane.suspect else lane.pace
+                size = 1 if pace is None else max(1, int(TURN_BUDGET / max(pace, 1e-6)))
+                turns.extend(items[at : at + size] for at in range(0, len(items), size))
+        return turns
+
+    def _act(self, turn: Sequence[Claimed[Any]]) -> None:
+        """On a pool thread: the actions of ``turn`` (items of one lane), together where the task can,
+        else one after another (:meth:`Runner.act_many`); their outcomes join the next batch recorded."""
+        began = time.monotonic()
         try:
-            outcome = self._runner.act(claimed)
-        except Exception:
-            log.exception("%s: %s failed; it stays due", self.name, claimed.item.key)
-            outcome = None
-        if outcome is None:
-            self._finish(claimed.item)  # nothing learnt: the claim runs out and the item is due again
+            outcomes = self._runner.act_many(turn)
+        except Exception:  # act_many answers for its actions' errors: this is the runner's own
+            log.exception("%s: acting on %d items failed; they stay due", self.name, len(turn))
+            outcomes = [None] * len(turn)
+        self._paced(turn[0].item.lane, (time.monotonic() - began) / len(turn))
+        learnt: list[tuple[Claimed[Any], Any]] = []
+        for claimed, outcome in zip(turn, outcomes, strict=True):
+            if outcome is None:  # nothing learnt: the claim runs out and the item is due again
+                self._finish(claimed.item)
+            else:
+                learnt.append((claimed, outcome))
+        if not learnt:
             return
         with self._record_lock:
-            self._learnt.append((claimed, outcome))
+            self._learnt.extend(learnt)
             if self._recording:
-                return  # the thread recording now takes it in its next batch
+                return  # the thread recording now takes them in its next batch
             self._recording = True
         self._record()
+
+    def _paced(self, name: str, seconds: float) -> None:
+        """An action of lane ``name`` took ``seconds``: the lane's pace follows it."""
+        with self._lock:
+            lane = self._lanes.get(name)
+            if lane is not None:
+                lane.pace = seconds if lane.pace is None else 0.7 * lane.pace + 0.3 * seconds
 
     def _record(self) -> None:
         """Write every outcome waiting, a batch per transaction, until none waits (one thread at a time:
@@ -677,7 +766,7 @@ class Pump:
                 try:
                     if pool is None:
                         raise RuntimeError("the pump has stopped")
-                    pool.submit(self._act, one)
+                    pool.submit(self._act, [one])
                 except RuntimeError:  # the pump is stopping: the claim runs out, the item is due again
                     self._finish(one.item)
 

@@ -35,7 +35,7 @@ import ssl
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC
 
 from paymentcore.ports import DeliveryResult, DeliveryTarget
@@ -208,6 +208,45 @@ class HttpWebhookSender:
         self, target: DeliveryTarget, headers: Mapping[str, str], body: bytes, timeout: float
     ) -> DeliveryResult:
         """POST ``body`` to ``target.address``; never follows a redirect, never raises for the network."""
+        [(result, _)] = self.send_many([(target, headers, body)], timeout)
+        return result
+
+    def send_many(
+        self, requests: Sequence[tuple[DeliveryTarget, Mapping[str, str], bytes]], timeout: float
+    ) -> list[tuple[DeliveryResult, float]]:
+        """:meth:`send` for each of ``requests`` at once, from this thread: every request is written on a
+        connection of its own (kept or new, within each endpoint's ``per_endpoint``), then the answers
+        are read in turn, each by ``timeout`` seconds after the requests went. Each request's result,
+        with the seconds from the start until its answer was read."""
+        started = time.monotonic()
+        deadline = started + timeout
+        flights: list[_Flight | DeliveryResult] = []
+        try:
+            for target, headers, body in requests:
+                # a slot this batch holds comes free only once the batch is read: no waiting for it
+                held = {id(flight.endpoint) for flight in flights if isinstance(flight, _Flight)}
+                flights.append(self._begin(target, headers, body, timeout, deadline, held))
+            results: list[tuple[DeliveryResult, float]] = []
+            for flight in flights:
+                result = flight if isinstance(flight, DeliveryResult) else self._complete(flight, deadline)
+                results.append((result, time.monotonic() - started))
+            return results
+        finally:
+            for flight in flights:
+                if isinstance(flight, _Flight):
+                    flight.release()
+
+    def _begin(
+        self,
+        target: DeliveryTarget,
+        headers: Mapping[str, str],
+        body: bytes,
+        timeout: float,
+        deadline: float,
+        held: set[int],
+    ) -> _Flight | DeliveryResult:
+        """A request written (a :class:`_Flight` holding its endpoint's slot), or why it was not (a slot
+        of an endpoint in ``held``, whose slots the caller holds, is taken only when free at once)."""
         refused = _check_target(target)
         if refused is not None:
             return DeliveryResult(status=None, error=refused)
@@ -216,67 +255,75 @@ class HttpWebhookSender:
         sent["Content-Type"] = "application/json"
         sent.setdefault("User-Agent", self._user_agent)
         endpoint = self._take(target)
-        try:
-            if not endpoint.slots.acquire(timeout=timeout):
-                # the request never left: not an attempt, not the endpoint's failure
-                return DeliveryResult(status=None, error="no connection came free", attempted=False)
-            try:
-                return self._post(endpoint, target, sent, body, timeout)
-            finally:
-                endpoint.slots.release()
-        finally:
+        wait = 0.0 if id(endpoint) in held else max(0.0, deadline - time.monotonic())
+        if not endpoint.slots.acquire(timeout=wait):
             with self._lock:
                 endpoint.users -= 1
+            # the request never left: not an attempt, not the endpoint's failure
+            return DeliveryResult(status=None, error="no connection came free", attempted=False)
+        flight = _Flight(self, endpoint, target, sent, body, timeout)
+        try:
+            flight.conn, flight.reused = self._connection(endpoint, target, timeout)
+            self._write(flight.conn, target, sent, body, timeout)
+        except Exception as exc:
+            flight.failed = exc  # a kept connection's failure is retried when the answer is read
+        return flight
 
-    def _post(
-        self,
-        endpoint: _Endpoint,
-        target: DeliveryTarget,
-        headers: dict[str, str],
-        body: bytes,
-        timeout: float,
-    ) -> DeliveryResult:
-        deadline = time.monotonic() + timeout
-        conn, reused = self._connection(endpoint, target, timeout)
+    def _complete(self, flight: _Flight, deadline: float) -> DeliveryResult:
+        """Read a written request's answer (writing it again on a new connection when a kept one turns
+        out to have been closed by the endpoint meanwhile: the request was not taken)."""
+        target, timeout = flight.target, flight.timeout
+        conn = flight.conn
+        flight.done = True
         try:
             try:
-                response = self._exchange(conn, target, headers, body, timeout)
+                if flight.failed is not None:
+                    raise flight.failed
+                assert conn is not None
+                conn.sock.settimeout(max(0.001, deadline - time.monotonic()))
+                response = _Response.read(conn.sock)
             except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
-                if not reused:
+                if not flight.reused:
                     raise
-                # a kept connection the endpoint had closed meanwhile: the request was not taken
-                conn.close()
-                conn = self._open(target, timeout)
-                response = self._exchange(conn, target, headers, body, timeout)
+                if conn is not None:
+                    conn.close()
+                conn = flight.conn = self._open(target, timeout)
+                self._write(
+                    conn, target, flight.headers, flight.body, max(0.001, deadline - time.monotonic())
+                )
+                response = _Response.read(conn.sock)
             status = response.status
             retry_after = None
             if status in _RETRY_AFTER_STATUSES:
                 retry_after = parse_retry_after(response.headers.get("retry-after"), self._clock())
+            assert conn is not None
             if response.drained(deadline) and not response.will_close:
                 with self._lock:
-                    endpoint.idle.append((conn, time.monotonic()))
+                    flight.endpoint.idle.append((conn, time.monotonic()))
             else:
                 conn.close()
         except TimeoutError:
-            conn.close()
+            if conn is not None:
+                conn.close()
             return DeliveryResult(status=None, error=f"no response within {timeout:g} seconds")
         except (OSError, http.client.HTTPException, ValueError) as exc:
-            conn.close()
+            if conn is not None:
+                conn.close()
             return DeliveryResult(status=None, error=_describe(exc))
         error = f"redirect not followed (HTTP {status})" if 300 <= status < 400 else None
         return DeliveryResult(status=status, retry_after=retry_after, error=error)
 
     @staticmethod
-    def _exchange(
+    def _write(
         conn: http.client.HTTPConnection,
         target: DeliveryTarget,
         headers: dict[str, str],
         body: bytes,
         timeout: float,
-    ) -> _Response:
-        """Send the request in one write and read the response's head (the connection's socket is
-        used directly: ``http.client`` builds a request header by header in several writes and parses a
-        response's head with the e-mail parser, about twice the CPU of the whole exchange here)."""
+    ) -> None:
+        """Send the request in one write (the connection's socket is used directly: ``http.client``
+        builds a request header by header in several writes and parses a response's head with the
+        e-mail parser, about twice the CPU of the whole exchange here)."""
         conn.timeout = timeout
         if conn.sock is None:
             conn.connect()
@@ -289,7 +336,6 @@ class HttpWebhookSender:
             lines.append(f"{name}: {value}")
         lines.append(f"Content-Length: {len(body)}")
         sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
-        return _Response.read(sock)
 
     def _connection(
         self, endpoint: _Endpoint, target: DeliveryTarget, timeout: float
@@ -334,6 +380,52 @@ class HttpWebhookSender:
         for old in evicted:
             _close_all(old)
         return endpoint
+
+
+class _Flight:
+    """A request on its way: the endpoint's slot it holds, its connection, what to send again."""
+
+    __slots__ = (
+        "body",
+        "conn",
+        "done",
+        "endpoint",
+        "failed",
+        "headers",
+        "reused",
+        "sender",
+        "target",
+        "timeout",
+    )
+
+    def __init__(
+        self,
+        sender: HttpWebhookSender,
+        endpoint: _Endpoint,
+        target: DeliveryTarget,
+        headers: dict[str, str],
+        body: bytes,
+        timeout: float,
+    ) -> None:
+        self.sender = sender
+        self.endpoint = endpoint
+        self.target = target
+        self.headers = headers
+        self.body = body
+        self.timeout = timeout
+        self.conn: http.client.HTTPConnection | None = None
+        self.reused = False
+        self.failed: Exception | None = None
+        self.done = False  # its answer was read (its connection kept or closed)
+
+    def release(self) -> None:
+        """Give the endpoint's slot back; the connection of a request whose answer was never read (the
+        batch ended early) is closed, never kept."""
+        if not self.done and self.conn is not None:
+            self.conn.close()
+        self.endpoint.slots.release()
+        with self.sender._lock:
+            self.endpoint.users -= 1
 
 
 class _Response:

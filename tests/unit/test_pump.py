@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
 
 from paymentcore._services.work import Claimed, Due, Pump, Runner
 
@@ -28,6 +30,12 @@ class InstantBatches(Runner[str, str]):
         self, learnt: Sequence[tuple[Claimed[str], str]], *, max_steps: int = 3, isolate: bool = True
     ) -> list[Claimed[str]]:
         return []
+
+    task: Any = None  # no task: act_many acts on a turn's items one after another, through act
+
+    @contextmanager
+    def holding(self, items: Sequence[Claimed[str]]) -> Iterator[None]:
+        yield  # no store: no lease to renew while an item waits for its turn
 
 
 class CountingRunner(InstantBatches):
@@ -220,6 +228,12 @@ class BatchCounting(Runner[str, str]):
     def act(self, claimed: Claimed[str]) -> str | None:
         self.release.wait(DEADLINE)
         return "sent"
+
+    task: Any = None  # no task: act_many acts on a turn's items one after another, through act
+
+    @contextmanager
+    def holding(self, items: Sequence[Claimed[str]]) -> Iterator[None]:
+        yield  # no store: no lease to renew while an item waits for its turn
 
     def record_many(
         self, learnt: Sequence[tuple[Claimed[str], str]], *, max_steps: int = 3, isolate: bool = True
