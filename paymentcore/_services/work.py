@@ -260,8 +260,8 @@ class Runner(Generic[ClaimT, OutcomeT]):
     def act_many(self, claimed: Sequence[Claimed[ClaimT]]) -> list[OutcomeT | None]:
         """:meth:`act` for several claimed items, the leases of all of them renewed until they are done:
         at once where the task can (its ``act_many``, say the webhook deliveries of one endpoint sent
-        together), else one after another. An action that raises counts as nothing learnt (for all of
-        them, where they went together)."""
+        together), else one after another. An action that raises counts as nothing learnt; should the
+        items acted on together raise, each is acted on alone, so that only the bad one fails."""
         if len(claimed) == 1:
             return [self._act_logged(claimed[0])]
         together = getattr(self.task, "act_many", None)
@@ -270,9 +270,9 @@ class Runner(Generic[ClaimT, OutcomeT]):
                 return [self._act_logged(one) for one in claimed]
             try:
                 outcomes: list[OutcomeT | None] = together([one.claim for one in claimed], self._clock.now())
-            except Exception:
-                log.exception("%s: %d items failed together; they stay due", self.kind, len(claimed))
-                return [None] * len(claimed)
+            except Exception:  # one bad item must not hold back the others: each acted on alone
+                log.exception("%s: %d items failed together; each is tried alone", self.kind, len(claimed))
+                return [self._act_logged(one) for one in claimed]
             return outcomes
 
     def _act_logged(self, claimed: Claimed[ClaimT]) -> OutcomeT | None:

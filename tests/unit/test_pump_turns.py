@@ -146,3 +146,31 @@ def test_items_waiting_for_their_turn_keep_their_leases_renewed() -> None:
     assert third_began - started >= 2 * SlowActions.ACT
     # renewed while it waited, before its lease (taken at the start) could run out
     assert renewed_before and renewed_before[0] - started < lease_ms / 1000
+
+
+class OnePoisoned(SlowActions):
+    """Acts on several items together, which fails whenever the poisoned item is among them; each item
+    alone succeeds except the poisoned one."""
+
+    ACT = 0.0
+
+    def act_many(self, claims: Sequence[str], now: int) -> list[str | None]:
+        if "poison" in claims:
+            raise ValueError("an event whose body cannot be written")
+        return ["sent together"] * len(claims)
+
+    def act(self, claim: str, now: int) -> str:
+        if claim == "poison":
+            raise ValueError("an event whose body cannot be written")
+        return "sent alone"
+
+
+def test_an_item_that_breaks_a_turn_fails_alone() -> None:
+    task = OnePoisoned()
+    runner: Runner[str, str] = Runner(task, NoStore(), Clock(), kind="test", lease_ms=300)  # type: ignore[arg-type]
+    now = Clock().now()
+    keys = ["poison", "a", "b"]
+    claimed = [Claimed(Due(key, "lane"), key, now + 300) for key in keys]
+    assert runner.act_many(claimed) == [None, "sent alone", "sent alone"]
+    clean = [Claimed(Due(key, "lane"), key, now + 300) for key in ("c", "d")]
+    assert runner.act_many(clean) == ["sent together"] * 2
