@@ -695,10 +695,11 @@ class Pump:
         return len(started)
 
     def _turns(self, claimed: Sequence[Claimed[Any]]) -> list[list[Claimed[Any]]]:
-        """The claimed items in the runs a pool thread acts on, one item after another: a lane whose
-        actions are quick (``pace`` within :data:`TURN_BUDGET`) has its items run a few at a time by one
-        thread (the hand-over to a thread and back costs more than such an action), any other lane's
-        one item a thread, so that a slow action holds up no other."""
+        """The claimed items in the turns a pool thread acts on: a lane whose actions are quick (``pace``
+        within :data:`TURN_BUDGET`) has its items handed to one thread as many at a time as fit in the
+        budget (the hand-over to a thread and back costs more than such an action), acted on together
+        where the task can and else one after another; any other lane's one item a thread, so that a
+        slow action holds up no other."""
         lanes: dict[str, list[Claimed[Any]]] = {}
         for one in claimed:
             lanes.setdefault(one.item.lane, []).append(one)

@@ -216,19 +216,19 @@ class HttpWebhookSender:
     ) -> list[tuple[DeliveryResult, float]]:
         """:meth:`send` for each of ``requests`` at once, from this thread: every request is written on a
         connection of its own (kept or new, within each endpoint's ``per_endpoint``), then the answers
-        are read in turn, each by ``timeout`` seconds after the requests went. Each request's result,
-        with the seconds from the start until its answer was read."""
+        are read in turn, each by ``timeout`` seconds after its request went (a wait for a free
+        connection is not counted). Each request's result, with the seconds from the start until its
+        answer was read."""
         started = time.monotonic()
-        deadline = started + timeout
         flights: list[_Flight | DeliveryResult] = []
         try:
             for target, headers, body in requests:
                 # a slot this batch holds comes free only once the batch is read: no waiting for it
                 held = {id(flight.endpoint) for flight in flights if isinstance(flight, _Flight)}
-                flights.append(self._begin(target, headers, body, timeout, deadline, held))
+                flights.append(self._begin(target, headers, body, timeout, held))
             results: list[tuple[DeliveryResult, float]] = []
             for flight in flights:
-                result = flight if isinstance(flight, DeliveryResult) else self._complete(flight, deadline)
+                result = flight if isinstance(flight, DeliveryResult) else self._complete(flight)
                 results.append((result, time.monotonic() - started))
             return results
         finally:
@@ -242,7 +242,6 @@ class HttpWebhookSender:
         headers: Mapping[str, str],
         body: bytes,
         timeout: float,
-        deadline: float,
         held: set[int],
     ) -> _Flight | DeliveryResult:
         """A request written (a :class:`_Flight` holding its endpoint's slot), or why it was not (a slot
@@ -255,13 +254,13 @@ class HttpWebhookSender:
         sent["Content-Type"] = "application/json"
         sent.setdefault("User-Agent", self._user_agent)
         endpoint = self._take(target)
-        wait = 0.0 if id(endpoint) in held else max(0.0, deadline - time.monotonic())
-        if not endpoint.slots.acquire(timeout=wait):
+        if not endpoint.slots.acquire(timeout=0.0 if id(endpoint) in held else timeout):
             with self._lock:
                 endpoint.users -= 1
             # the request never left: not an attempt, not the endpoint's failure
             return DeliveryResult(status=None, error="no connection came free", attempted=False)
         flight = _Flight(self, endpoint, target, sent, body, timeout)
+        flight.deadline = time.monotonic() + timeout  # the request's own time: from here to its answer
         try:
             flight.conn, flight.reused = self._connection(endpoint, target, timeout)
             self._write(flight.conn, target, sent, body, timeout)
@@ -269,10 +268,10 @@ class HttpWebhookSender:
             flight.failed = exc  # a kept connection's failure is retried when the answer is read
         return flight
 
-    def _complete(self, flight: _Flight, deadline: float) -> DeliveryResult:
+    def _complete(self, flight: _Flight) -> DeliveryResult:
         """Read a written request's answer (writing it again on a new connection when a kept one turns
         out to have been closed by the endpoint meanwhile: the request was not taken)."""
-        target, timeout = flight.target, flight.timeout
+        target, timeout, deadline = flight.target, flight.timeout, flight.deadline
         conn = flight.conn
         flight.done = True
         try:
@@ -388,6 +387,7 @@ class _Flight:
     __slots__ = (
         "body",
         "conn",
+        "deadline",
         "done",
         "endpoint",
         "failed",
@@ -417,6 +417,7 @@ class _Flight:
         self.reused = False
         self.failed: Exception | None = None
         self.done = False  # its answer was read (its connection kept or closed)
+        self.deadline = 0.0  # by when its answer must have come (its request's timeout from its write)
 
     def release(self) -> None:
         """Give the endpoint's slot back; the connection of a request whose answer was never read (the

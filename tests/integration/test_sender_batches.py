@@ -5,6 +5,7 @@ Against a real local HTTP/1.1 server."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -15,6 +16,7 @@ from paymentcore.adapters.http_sender import HttpWebhookSender
 from paymentcore.ports import DeliveryTarget
 
 TOGETHER = 4
+PAUSE = 0.5  # /pause answers after this long
 Request = tuple[DeliveryTarget, Mapping[str, str], bytes]
 
 
@@ -34,6 +36,8 @@ class GateHandler(BaseHTTPRequestHandler):
         with server.lock:
             server.ports.append(self.client_address[1])
         status = 200
+        if self.path == "/pause":
+            time.sleep(PAUSE)
         if self.path == "/gate":
             try:
                 server.gate.wait()
@@ -126,5 +130,23 @@ def test_a_request_that_cannot_go_fails_alone(gate_server: GateServer) -> None:
         # not waited for (the two others were answered well within the batch's two seconds)
         assert fourth.status is None and not fourth.attempted
         assert len(gate_server.ports) == 2
+    finally:
+        sender.close()
+
+
+def test_a_wait_for_a_free_connection_is_not_charged_to_the_request(gate_server: GateServer) -> None:
+    # one connection to the endpoint: the second delivery waits for the first (PAUSE), then takes PAUSE
+    # itself; its timeout (1.6 PAUSE) covers its own request, not the wait before it
+    sender = HttpWebhookSender(per_endpoint=1)
+    try:
+        first = threading.Thread(target=sender.send, args=(target(gate_server, "/pause"), {}, b"{}", 5.0))
+        first.start()
+        deadline = time.monotonic() + 5
+        while not gate_server.ports and time.monotonic() < deadline:
+            time.sleep(0.005)
+        [(second, took)] = sender.send_many([(target(gate_server, "/pause"), {}, b"{}")], 1.6 * PAUSE)
+        first.join(5.0)
+        assert second.status == 200, second.error
+        assert took >= 1.6 * PAUSE  # it did wait for the first one's connection
     finally:
         sender.close()
