@@ -375,4 +375,10 @@ MIGRATIONS: tuple[str, ...] = (
     # hourly counts' changes as rows of their own, which writers of different merchants never contend
     # for, and folds them into the counts in the worker's housekeeping (see adapters/postgres.py)
     "-- 10: the hourly counts' moves, on PostgreSQL only\n",
+    # 11: the events waiting for delivery, by merchant (the lane of their endpoint) and due time: the
+    # worker's listing finds the lanes with events waiting and each lane's due events here, without
+    # ranking every lane's backlog (a row leaves the index once its event is delivered or given up)
+    """
+    CREATE INDEX events_pending ON events (merchant_id, next_attempt_at) WHERE status = 'PENDING';
+    """,
 )

@@ -1218,10 +1218,29 @@ class _Outbox(_Repository):
     def _listing(self, per_lane: int | None) -> str:
         # _queries.event_is_due, oldest first; in turns over _queries.event_lane when per_lane is given
         due = f"{_DUE_EVENT} AND next_attempt_at <= :now"
-        order = f"events.created_at, events.{self._rows.seq}"
-        if per_lane is not None:
-            return _in_turns("events", "id", "merchant_id", due, order)
-        return f"WHERE {due} ORDER BY {order} LIMIT :limit"
+        seq = self._rows.seq
+        order = f"events.created_at, events.{seq}"
+        if per_lane is None:
+            return f"WHERE {due} ORDER BY {order} LIMIT :limit"
+        hint = self._rows.dialect.indexed_by("events_pending")  # SQLite: the index to read
+        pending = f"events{hint}"
+        # in turns, as _in_turns ranks them, but over each lane's first :per_lane due events only: the
+        # lanes with events waiting are found one index probe each and each lane's due events read
+        # from the same partial index (migration 11: pending events by merchant and due time), so
+        # neither the window's sort over every lane's backlog nor the events not yet due cost anything
+        return (
+            "JOIN (WITH RECURSIVE lanes(lane) AS ("
+            f" SELECT min(merchant_id) FROM {pending} WHERE {_DUE_EVENT}"
+            f" UNION ALL SELECT (SELECT min(merchant_id) FROM {pending} WHERE {_DUE_EVENT}"
+            " AND merchant_id > lanes.lane) FROM lanes WHERE lanes.lane IS NOT NULL)"
+            " SELECT head.id AS turn_key, row_number() OVER"
+            f" (PARTITION BY head.merchant_id ORDER BY head.created_at, head.{seq}) AS turn"
+            f" FROM lanes JOIN events AS head ON head.id IN (SELECT waiting.id FROM events AS waiting{hint}"
+            f" WHERE waiting.merchant_id = lanes.lane AND waiting.{_DUE_EVENT}"
+            " AND waiting.next_attempt_at <= :now"
+            f" ORDER BY waiting.created_at, waiting.{seq} LIMIT :per_lane)) AS turns"
+            f" ON turns.turn_key = events.id ORDER BY turn, {order} LIMIT :limit"
+        )
 
     def defer(self, merchant_id: str, until: int) -> int:
         self._read.forget()  # rows it changes are read afresh

@@ -87,6 +87,21 @@ def test_due_in_turns_agrees_with_the_one_definition_on_random_records(store: St
         event(f"evt_{n:03d}", merchant_id=rng.choice(merchants), created_at=NOW - rng.randrange(0, 1000))
         for n in range(120)
     ]
+    # events not listed, older and newer than the due ones of their lanes: waiting for a later attempt
+    # (a retry, a lease), delivered, given up
+    events += [
+        event(
+            f"evt_not_{n:03d}",
+            merchant_id=rng.choice(merchants),
+            created_at=NOW - rng.randrange(0, 1000),
+            status=status,
+            next_attempt_at=NOW + 1 + rng.randrange(0, 5000) if status is DeliveryStatus.PENDING else NOW,
+        )
+        for n, status in enumerate(
+            rng.choice([DeliveryStatus.PENDING, DeliveryStatus.DELIVERED, DeliveryStatus.FAILED])
+            for _ in range(80)
+        )
+    ]
     with store.transaction() as tx:
         for c in collections:
             tx.collections.add(c)
@@ -100,6 +115,7 @@ def test_due_in_turns_agrees_with_the_one_definition_on_random_records(store: St
                 == in_turns(plain_collections, collection_lane, per_lane)[:limit]
             )
             plain_events = tx.outbox.due(NOW, 1000)
+            assert {e.id for e in plain_events} == {e.id for e in events[:120]}
             assert (
                 tx.outbox.due(NOW, limit, per_lane=per_lane)
                 == in_turns(plain_events, event_lane, per_lane)[:limit]
