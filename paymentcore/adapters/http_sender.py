@@ -221,11 +221,13 @@ class HttpWebhookSender:
         answer was read."""
         started = time.monotonic()
         flights: list[_Flight | DeliveryResult] = []
+        held: set[int] = set()  # the endpoints whose slots this batch holds: free only once it is read
         try:
             for target, headers, body in requests:
-                # a slot this batch holds comes free only once the batch is read: no waiting for it
-                held = {id(flight.endpoint) for flight in flights if isinstance(flight, _Flight)}
-                flights.append(self._begin(target, headers, body, timeout, held))
+                flight = self._begin(target, headers, body, timeout, held)
+                if isinstance(flight, _Flight):
+                    held.add(id(flight.endpoint))
+                flights.append(flight)
             results: list[tuple[DeliveryResult, float]] = []
             for flight in flights:
                 result = flight if isinstance(flight, DeliveryResult) else self._complete(flight)
@@ -234,7 +236,16 @@ class HttpWebhookSender:
         finally:
             for flight in flights:
                 if isinstance(flight, _Flight):
-                    flight.release()
+                    self._release(flight)
+
+    def _release(self, flight: _Flight) -> None:
+        """Give the request's endpoint slot back; the connection of a request whose answer was never
+        read (the batch ended early) is closed, never kept."""
+        if not flight.done and flight.conn is not None:
+            flight.conn.close()
+        flight.endpoint.slots.release()
+        with self._lock:
+            flight.endpoint.users -= 1
 
     def _begin(
         self,
@@ -259,8 +270,7 @@ class HttpWebhookSender:
                 endpoint.users -= 1
             # the request never left: not an attempt, not the endpoint's failure
             return DeliveryResult(status=None, error="no connection came free", attempted=False)
-        flight = _Flight(self, endpoint, target, sent, body, timeout)
-        flight.deadline = time.monotonic() + timeout  # the request's own time: from here to its answer
+        flight = _Flight(endpoint, target, sent, body, timeout)
         try:
             flight.conn, flight.reused = self._connection(endpoint, target, timeout)
             self._write(flight.conn, target, sent, body, timeout)
@@ -393,21 +403,18 @@ class _Flight:
         "failed",
         "headers",
         "reused",
-        "sender",
         "target",
         "timeout",
     )
 
     def __init__(
         self,
-        sender: HttpWebhookSender,
         endpoint: _Endpoint,
         target: DeliveryTarget,
         headers: dict[str, str],
         body: bytes,
         timeout: float,
     ) -> None:
-        self.sender = sender
         self.endpoint = endpoint
         self.target = target
         self.headers = headers
@@ -417,16 +424,8 @@ class _Flight:
         self.reused = False
         self.failed: Exception | None = None
         self.done = False  # its answer was read (its connection kept or closed)
-        self.deadline = 0.0  # by when its answer must have come (its request's timeout from its write)
-
-    def release(self) -> None:
-        """Give the endpoint's slot back; the connection of a request whose answer was never read (the
-        batch ended early) is closed, never kept."""
-        if not self.done and self.conn is not None:
-            self.conn.close()
-        self.endpoint.slots.release()
-        with self.sender._lock:
-            self.endpoint.users -= 1
+        # by when its answer must have come: its own timeout, from when it holds a slot and is written
+        self.deadline = time.monotonic() + timeout
 
 
 class _Response:

@@ -1225,9 +1225,9 @@ class _Outbox(_Repository):
         hint = self._rows.dialect.indexed_by("events_pending")  # SQLite: the index to read
         pending = f"events{hint}"
         # in turns, as _in_turns ranks them, but over each lane's first :per_lane due events only: the
-        # lanes with events waiting are found one index probe each and each lane's due events read
-        # from the same partial index (migration 11: pending events by merchant and due time), so
-        # neither the window's sort over every lane's backlog nor the events not yet due cost anything
+        # lanes with events waiting are found one index probe each, and each lane's due events read
+        # from the same partial index (migration 11: pending events by merchant and due time), its
+        # first :per_lane kept; the events not yet due are not read, and only those few are ranked
         return (
             "JOIN (WITH RECURSIVE lanes(lane) AS ("
             f" SELECT min(merchant_id) FROM {pending} WHERE {_DUE_EVENT}"
