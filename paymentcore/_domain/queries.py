@@ -63,15 +63,19 @@ def payout_due_order(payout: Payout) -> tuple[int, str]:
 
 
 def payouts_in_due_order(due: Iterable[Payout]) -> list[Payout]:
-    """The order ``payouts.due`` lists due payouts in: a round over the merchants with work.
+    """The order ``payouts.due`` lists due payouts in: a round over the merchants with work, within
+    each provider.
 
-    Each merchant's due payouts are taken in :func:`payout_due_order`; the list holds every merchant's
-    first, then every merchant's second, and so on (within a round, in :func:`payout_due_order`). A
-    merchant who sends a batch of 1,000 payouts then takes one place in each round, not the first 1,000
-    places, so another merchant's single payout is worked next, not after the batch.
+    A merchant's due payouts to one provider are taken in :func:`payout_due_order`; the list holds every
+    merchant's first to each provider, then every second, and so on (within a round, in
+    :func:`payout_due_order`). A merchant who sends a batch of 1,000 payouts then takes one place in each
+    round, not the first 1,000 places, so another merchant's single payout is worked next, not after the
+    batch. The rounds are counted per provider, the lane a payout waits in (:func:`payout_lane`): a
+    merchant's place in one provider's round does not depend on what it has waiting for another, so
+    the worker finds a lane's next payouts from that lane's own (``payouts_lanes``, migration 12).
     """
     ordered = sorted(due, key=payout_due_order)
-    return in_turns(ordered, lambda payout: payout.merchant_id, len(ordered))
+    return in_turns(ordered, lambda payout: f"{payout.provider} {payout.merchant_id}", len(ordered))
 
 
 #: A batch's payouts in these statuses are still open: the batch completes when none is left. The

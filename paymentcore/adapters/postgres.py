@@ -675,6 +675,13 @@ class PostgresTransaction(SqlTransaction):
         super().__init__(self.rows)
 
 
+def _configure(conn: psycopg.Connection[Any]) -> None:
+    """A new connection's session: no JIT compilation. The store's statements are short and run by the
+    thousand; the planner's cost estimate of a listing (a recursive walk whose row counts it cannot
+    know) passes the JIT threshold, and compiling then took 20 ms of a 5 ms query."""
+    conn.execute("SET jit = off")
+
+
 class PostgresStore:
     """The storage port on a PostgreSQL database named by a libpq URL (or any conninfo string).
 
@@ -715,6 +722,7 @@ class PostgresStore:
             max_size=pool_size,
             timeout=timeout,
             kwargs={"autocommit": True, "application_name": "paymentcore"},
+            configure=_configure,
             open=False,
             name="paymentcore",
         )

@@ -381,4 +381,11 @@ MIGRATIONS: tuple[str, ...] = (
     """
     CREATE INDEX events_pending ON events (merchant_id, next_attempt_at) WHERE status = 'PENDING';
     """,
+    # 12: the payouts the worker still has work with (every other has no next_check_at), by lane
+    # (provider), merchant and due time: its listing walks the lanes' merchants and reads each one's
+    # first due payouts here, without ranking the whole backlog
+    """
+    CREATE INDEX payouts_lanes ON payouts (provider, merchant_id, next_check_at, reference)
+        WHERE next_check_at IS NOT NULL;
+    """,
 )

@@ -22,7 +22,7 @@ import types
 import typing
 from collections.abc import Callable, Iterable, Sequence
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
@@ -75,6 +75,7 @@ __all__ = [
 ]
 
 HOUR_MS = 3_600_000
+T = TypeVar("T")
 
 
 # --- the dialect --------------------------------------------------------------------------------------
@@ -98,6 +99,8 @@ class Dialect:
     hints: bool
     #: appended to ``for_update`` in a worker's claim: rows another unit has locked are passed over
     skip_locked: str = ""
+    #: whether a subquery in FROM may read the row before it (``LATERAL``; SQLite has none)
+    lateral: bool = False
     _cache: dict[str, str] = attrs.field(factory=dict, eq=False, repr=False)
 
     def flag(self, column: str, value: bool) -> str:
@@ -126,7 +129,15 @@ class Dialect:
 
 SQLITE = Dialect("sqlite", "rowid", "{} = 1", "{} = 0", "min", "", hints=True)
 POSTGRESQL = Dialect(
-    "postgresql", "seq", "{}", "NOT {}", "LEAST", " FOR UPDATE", hints=False, skip_locked=" SKIP LOCKED"
+    "postgresql",
+    "seq",
+    "{}",
+    "NOT {}",
+    "LEAST",
+    " FOR UPDATE",
+    hints=False,
+    skip_locked=" SKIP LOCKED",
+    lateral=True,
 )
 
 
@@ -509,6 +520,37 @@ def _in_turns(table: str, key: str, lane: str, due: str, order: str) -> str:
     )
 
 
+def _lane_heads(
+    dialect: Dialect, table: str, index: str, columns: str, where: str, order: str, *, whole: bool = False
+) -> str:
+    """``FROM lanes`` joined to each lane's first ``:per_lane`` rows of ``table`` meeting ``where`` in
+    ``order`` (both over the alias ``w``), as ``head`` with ``columns`` (``w.key, ...``, the key first),
+    read from ``index`` (``where`` starts by passing over the walk's last, empty, lane: PostgreSQL tests
+    that once, where its scan for no lane would read the whole index). PostgreSQL reads them with a
+    LATERAL subquery, an index range a lane; SQLite, which has no LATERAL, names them in a correlated IN
+    list, which it runs once a lane (PostgreSQL would test that list against every row of ``table``:
+    seconds for a backlog of thousands). ``whole``: ``index`` does not hold the rows in ``order``, so
+    PostgreSQL is kept from walking another index that does (it would rather walk a merchant's whole
+    history in order than sort its few due rows): the rows are found first (OFFSET 0 keeps the
+    planner from merging that step with the ORDER BY), then ordered."""
+    if dialect.lateral:
+        found = f"SELECT {columns} FROM {table} AS w WHERE {where}"
+        if whole:
+            found = f"SELECT * FROM ({found} OFFSET 0) AS w"
+        return f"FROM lanes CROSS JOIN LATERAL ({found} ORDER BY {order} LIMIT :per_lane) AS head"
+    key = columns.split(",")[0].strip().removeprefix("w.")
+    return (
+        f"FROM lanes JOIN {table} AS head ON head.{key} IN (SELECT w.{key} FROM {table} AS w"
+        f"{dialect.indexed_by(index)} WHERE {where} ORDER BY {order} LIMIT :per_lane)"
+    )
+
+
+def _named(get_many: Callable[[Sequence[str]], dict[str, T]], refs: Sequence[DueRef]) -> list[T]:
+    """The records a listing named, in its order."""
+    found = get_many([ref.key for ref in refs])
+    return [found[ref.key] for ref in refs if ref.key in found]
+
+
 def _due_params(now: int, limit: int, per_lane: int | None) -> dict[str, int]:
     """The values of a listing of due work (``_in_turns`` takes ``per_lane``)."""
     if per_lane is None:
@@ -829,17 +871,65 @@ class _Collections(_Repository):
         )
 
 
+def _payout_due_status(dialect: Dialect, table: str = "") -> str:
+    """_queries.payout_is_due's statuses, in ``dialect`` (``table`` names the row: ``w.``)."""
+    send = sql_in(table + "status", PAYOUT_SEND_STATUSES)
+    held = dialect.flag(table + "awaiting_review", False)
+    return f"(({send} AND {held}) OR {sql_in(table + 'status', PAYOUT_CHECK_STATUSES)})"
+
+
 def _payout_due(dialect: Dialect) -> str:
     """_queries.payout_is_due, in ``dialect``."""
+    return f"next_check_at IS NOT NULL AND next_check_at <= ? AND {_payout_due_status(dialect)}"
+
+
+def _payout_lanes(dialect: Dialect) -> str:
+    """The worker's listing of due payouts (``_queries.payouts_in_due_order``, at most ``:per_lane`` of
+    a provider), read from ``payouts_lanes`` (migration 12) rather than by ranking the whole backlog.
+
+    The providers with open payouts, and each one's merchants, are found one index probe each (a walk
+    up the index); each (provider, merchant)'s first ``:per_lane`` due payouts are read from the same
+    index, the only ones that can be in that provider's first ``:per_lane``; only those are ranked.
+    The payouts are named (reference, provider, merchant), not read: joined to ``payouts`` again,
+    PostgreSQL, which cannot tell how few rows the walk gives, would hash every payout ever made."""
+    index = dialect.indexed_by("payouts_lanes")
+    live = "next_check_at IS NOT NULL"  # the index's rows: open payouts not held for review
+    due = f"w.next_check_at IS NOT NULL AND w.next_check_at <= :now AND {_payout_due_status(dialect, 'w.')}"
+    heads = _lane_heads(
+        dialect,
+        "payouts",
+        "payouts_lanes",
+        "w.reference, w.provider, w.merchant_id, w.next_check_at",
+        "lanes.merchant IS NOT NULL AND w.provider = lanes.provider AND w.merchant_id = lanes.merchant"
+        f" AND {due}",
+        "w.next_check_at, w.reference",
+    )
     return (
-        f"next_check_at IS NOT NULL AND next_check_at <= ? AND (({sql_in('status', PAYOUT_SEND_STATUSES)}"
-        f" AND {dialect.flag('awaiting_review', False)}) OR {sql_in('status', PAYOUT_CHECK_STATUSES)})"
+        "WITH RECURSIVE providers(provider) AS ("
+        f" SELECT min(provider) FROM payouts{index} WHERE {live}"
+        f" UNION ALL SELECT (SELECT min(provider) FROM payouts{index} WHERE {live}"
+        " AND provider > providers.provider) FROM providers WHERE providers.provider IS NOT NULL),"
+        " lanes(provider, merchant) AS ("
+        f" SELECT provider, (SELECT min(merchant_id) FROM payouts{index} WHERE {live}"
+        " AND provider = providers.provider) FROM providers WHERE providers.provider IS NOT NULL"
+        f" UNION ALL SELECT provider, (SELECT min(merchant_id) FROM payouts{index} WHERE {live}"
+        " AND provider = lanes.provider AND merchant_id > lanes.merchant) FROM lanes"
+        " WHERE lanes.merchant IS NOT NULL),"
+        " heads AS (SELECT head.reference, head.provider, head.merchant_id, head.next_check_at,"
+        " row_number() OVER (PARTITION BY head.provider, head.merchant_id"
+        " ORDER BY head.next_check_at, head.reference) AS turn"
+        f" {heads}),"
+        " kept AS (SELECT reference, provider, merchant_id, next_check_at, turn, row_number() OVER"
+        " (PARTITION BY provider ORDER BY turn, next_check_at, reference) AS lane_turn FROM heads)"
+        " SELECT reference, provider, merchant_id FROM kept WHERE lane_turn <= :per_lane"
+        " ORDER BY turn, next_check_at, reference LIMIT :limit"
     )
 
 
 _PAYOUT_COLUMNS = _columns(_PAYOUTS, "p")
 #: built once per dialect, not in every transaction (a payout's unit of work opens the repositories)
 _PAYOUT_DUE = {dialect.name: _payout_due(dialect) for dialect in (SQLITE, POSTGRESQL)}
+_PAYOUT_LANES = {dialect.name: _payout_lanes(dialect) for dialect in (SQLITE, POSTGRESQL)}
 
 
 class _Payouts(_Repository):
@@ -866,34 +956,30 @@ class _Payouts(_Repository):
         self._read.keep(payout.reference, payout)
 
     def due(self, now: int, limit: int, *, per_lane: int | None = None) -> list[Payout]:
-        return [_PAYOUTS.decode(row) for row in self._due_rows(_PAYOUT_COLUMNS, now, limit, per_lane)]
+        if per_lane is not None:
+            return _named(self.get_many, self.due_refs(now, limit, per_lane=per_lane))
+        return [_PAYOUTS.decode(row) for row in self._due_rows(_PAYOUT_COLUMNS, now, limit)]
 
     def due_refs(self, now: int, limit: int, *, per_lane: int | None = None) -> list[DueRef]:
-        rows = self._due_rows("p.reference, p.provider, p.merchant_id", now, limit, per_lane)
+        if per_lane is not None:
+            params = {"now": now, "per_lane": per_lane, "limit": limit}
+            rows = self._rows.run(_PAYOUT_LANES[self._rows.dialect.name], params).fetchall()
+        else:
+            rows = self._due_rows("p.reference, p.provider, p.merchant_id", now, limit)
         return [DueRef(*row) for row in rows]
 
-    def _due_rows(self, columns: str, now: int, limit: int, per_lane: int | None) -> list[Any]:
-        # _queries.payout_is_due, in _queries.payouts_in_due_order: each merchant's payouts numbered in
-        # their own order (next_check_at, reference), then every merchant's first, every second, ...;
-        # with per_lane, only each lane's (provider's) first in that order (_queries.at_most_per_lane);
-        # numbered on the narrow rows, and only the `limit` chosen are read whole
+    def _due_rows(self, columns: str, now: int, limit: int) -> list[Any]:
+        # every due payout numbered within its (provider, merchant) in their order, on the narrow rows;
+        # only the `limit` chosen are read whole
         turns = (
-            "SELECT reference, provider, next_check_at, row_number() OVER (PARTITION BY merchant_id"
+            "SELECT reference, next_check_at, row_number() OVER (PARTITION BY provider, merchant_id"
             f" ORDER BY next_check_at, reference) AS turn FROM payouts WHERE {self._due}"
         )
-        params: tuple[int, ...] = (now, limit)
-        if per_lane is not None:
-            turns = (
-                "SELECT reference, next_check_at, turn FROM (SELECT reference, next_check_at, turn,"
-                " row_number() OVER (PARTITION BY provider ORDER BY turn, next_check_at, reference)"
-                f" AS lane_turn FROM ({turns}) AS turns) AS lanes WHERE lane_turn <= ?"
-            )
-            params = (now, per_lane, limit)
         rows: list[Any] = self._rows.run(
             f"SELECT {columns} FROM ({turns} ORDER BY turn, next_check_at, reference LIMIT ?) AS due"
             " JOIN payouts AS p ON p.reference = due.reference"
             " ORDER BY due.turn, due.next_check_at, due.reference",
-            params,
+            (now, limit),
         ).fetchall()
         return rows
 
@@ -1206,13 +1292,15 @@ class _Outbox(_Repository):
         self._read.keep(event.id, event)
 
     def due(self, now: int, limit: int, *, per_lane: int | None = None) -> list[Event]:
-        return self._rows.many(_EVENTS, self._listing(per_lane), _due_params(now, limit, per_lane))
+        if per_lane is not None:
+            return _named(self.get_many, self.due_refs(now, limit, per_lane=per_lane))
+        return self._rows.many(_EVENTS, self._listing(None), _due_params(now, limit, None))
 
     def due_refs(self, now: int, limit: int, *, per_lane: int | None = None) -> list[DueRef]:
-        found = self._rows.run(
-            f"SELECT events.id, events.merchant_id FROM events {self._listing(per_lane)}",
-            _due_params(now, limit, per_lane),
-        )
+        listing = self._listing(per_lane)
+        if per_lane is None:
+            listing = f"SELECT events.id, events.merchant_id FROM events {listing}"
+        found = self._rows.run(listing, _due_params(now, limit, per_lane))
         return [DueRef(key, merchant_id, merchant_id) for key, merchant_id in found.fetchall()]
 
     def _listing(self, per_lane: int | None) -> str:
@@ -1228,18 +1316,30 @@ class _Outbox(_Repository):
         # lanes with events waiting are found one index probe each, and each lane's due events read
         # from the same partial index (migration 11: pending events by merchant and due time), its
         # first :per_lane kept; the events not yet due are not read, and only those few are ranked
+        dialect = self._rows.dialect
+        waiting = (
+            f"lanes.lane IS NOT NULL AND w.merchant_id = lanes.lane AND w.{_DUE_EVENT}"
+            " AND w.next_attempt_at <= :now"
+        )
+        heads = _lane_heads(
+            dialect,
+            "events",
+            "events_pending",
+            f"w.id, w.merchant_id, w.created_at, w.{seq}",
+            waiting,
+            f"w.created_at, w.{seq}",
+            whole=True,  # events_pending holds them by due time
+        )
+        # the events are named (id, merchant), not read: joined to `events` again, PostgreSQL, which
+        # cannot tell how few rows the walk gives, would hash every event ever written
         return (
-            "JOIN (WITH RECURSIVE lanes(lane) AS ("
+            "WITH RECURSIVE lanes(lane) AS ("
             f" SELECT min(merchant_id) FROM {pending} WHERE {_DUE_EVENT}"
             f" UNION ALL SELECT (SELECT min(merchant_id) FROM {pending} WHERE {_DUE_EVENT}"
-            " AND merchant_id > lanes.lane) FROM lanes WHERE lanes.lane IS NOT NULL)"
-            " SELECT head.id AS turn_key, row_number() OVER"
-            f" (PARTITION BY head.merchant_id ORDER BY head.created_at, head.{seq}) AS turn"
-            f" FROM lanes JOIN events AS head ON head.id IN (SELECT waiting.id FROM events AS waiting{hint}"
-            f" WHERE waiting.merchant_id = lanes.lane AND waiting.{_DUE_EVENT}"
-            " AND waiting.next_attempt_at <= :now"
-            f" ORDER BY waiting.created_at, waiting.{seq} LIMIT :per_lane)) AS turns"
-            f" ON turns.turn_key = events.id ORDER BY turn, {order} LIMIT :limit"
+            " AND merchant_id > lanes.lane) FROM lanes WHERE lanes.lane IS NOT NULL),"
+            f" turns AS (SELECT head.id, head.merchant_id, head.created_at, head.{seq} AS written,"
+            f" row_number() OVER (PARTITION BY head.merchant_id ORDER BY head.created_at, head.{seq}) AS turn"
+            f" {heads}) SELECT id, merchant_id FROM turns ORDER BY turn, created_at, written LIMIT :limit"
         )
 
     def defer(self, merchant_id: str, until: int) -> int:

@@ -164,6 +164,46 @@ def test_sql_layer_benchmark_runs_both_ways_on_both_engines(tmp_path: Path) -> N
     assert "| sqlite |" in done.stdout
 
 
+def test_listing_benchmark_lists_each_backlog_on_both_engines(tmp_path: Path) -> None:
+    """``benchmarks/bench_listing.py``: the worker's listings of due payouts and events at two backlog
+    sizes, on SQLite and, where there is one, PostgreSQL; each listing names what is due, at most
+    ``LANE_DEPTH`` of a lane (figures reported, never judged)."""
+    postgres = available_postgres_url() or ""
+    figures = tmp_path / "listing.json"
+    command = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "bench_listing.py"),
+        "--sizes",
+        "30,100",
+        "--merchants",
+        "1,3",
+        "--repeats",
+        "2",
+        "--postgres",
+        postgres,
+        "--json",
+        str(figures),
+    ]
+    done = subprocess.run(
+        command, cwd=ROOT, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180, check=False
+    )
+    assert done.returncode == 0, f"{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+    results = json.loads(figures.read_text())["results"]
+    engines = ["sqlite", "postgresql"] if postgres else ["sqlite"]
+    assert [(r["engine"], r["kind"], r["merchants"]) for r in results] == [
+        (engine, kind, merchants)
+        for engine in engines
+        for merchants in (1, 3)
+        for kind in ("payouts", "events")
+    ]
+    for r in results:
+        # one lane a merchant for events, one network for payouts: at most 64 of a lane are listed
+        lanes = r["merchants"] if r["kind"] == "events" else 1
+        assert r["listed"] == {"30": 30, "100": min(100, 64 * lanes)}
+        assert all(ms > 0 for ms in r["ms_per_listing"].values())
+    assert "| sqlite | payouts | 1 |" in done.stdout
+
+
 def test_postgres_network_benchmark_reports_every_figure(tmp_path: Path) -> None:
     """``benchmarks/bench_postgres.py --quick`` (issue 26): real ``paymentcore serve`` processes on
     PostgreSQL, through the latency proxy and without it. The proxy counted round trips, every figure and

@@ -2,8 +2,9 @@
 
 ``outbox.due`` and ``collections.due`` with ``per_lane=N`` list what is due in turns over its lanes
 (``_queries.in_turns``): every lane's first item, then every lane's second, at most N of a lane
-(payouts are listed in a round over merchants, ``_queries.payouts_in_due_order``, and their lane is
-the provider); ``outbox.defer`` moves an endpoint's waiting events behind the attempt that probes it.
+(payouts are listed in a round over each provider's merchants, ``_queries.payouts_in_due_order``, and
+their lane is the provider); ``outbox.defer`` moves an endpoint's waiting events behind the attempt
+that probes it.
 """
 
 from __future__ import annotations
@@ -18,8 +19,16 @@ from test_store_contract import (  # type: ignore[import-not-found, unused-ignor
     payout,
 )
 
-from paymentcore._domain.models import CollectionStatus, DeliveryStatus, PayoutStatus
-from paymentcore._domain.queries import collection_lane, event_lane, in_turns, payout_lane
+from paymentcore._domain.models import CollectionStatus, DeliveryStatus, Payout, PayoutStatus
+from paymentcore._domain.queries import (
+    at_most_per_lane,
+    collection_lane,
+    event_lane,
+    in_turns,
+    payout_is_due,
+    payout_lane,
+    payouts_in_due_order,
+)
 from paymentcore.ports import DueRef, Store
 
 
@@ -120,6 +129,65 @@ def test_due_in_turns_agrees_with_the_one_definition_on_random_records(store: St
                 tx.outbox.due(NOW, limit, per_lane=per_lane)
                 == in_turns(plain_events, event_lane, per_lane)[:limit]
             )
+
+
+def test_due_payouts_take_turns_within_each_provider(store: Store) -> None:
+    """A merchant's place in one provider's round does not depend on what it has waiting for another:
+    mer_a's Orange payout, due after its three MTN ones, is still its first turn at Orange."""
+
+    def to(provider: str, p: Payout) -> Payout:
+        return attrs.evolve(p, provider=provider, phone="690000000" if provider == "orange_cm" else p.phone)
+
+    rows = [
+        to("mtn_cm", payout(f"PO-a{n}", merchant_id="mer_a", next_check_at=NOW - 10 + n)) for n in (1, 2, 3)
+    ]
+    rows.append(to("orange_cm", payout("PO-a4", merchant_id="mer_a", next_check_at=NOW - 6)))
+    rows.append(to("orange_cm", payout("PO-b1", merchant_id="mer_b", next_check_at=NOW - 5)))
+    with store.transaction() as tx:
+        tx.payouts.add_many(rows)
+    with store.read() as tx:
+        assert [p.reference for p in tx.payouts.due(NOW, 100)] == [
+            "PO-a1",
+            "PO-a4",
+            "PO-b1",
+            "PO-a2",
+            "PO-a3",
+        ]
+        assert [p.reference for p in tx.payouts.due(NOW, 100, per_lane=1)] == ["PO-a1", "PO-a4"]
+        assert [p.reference for p in tx.payouts.due(NOW, 100, per_lane=2)] == [
+            "PO-a1",
+            "PO-a4",
+            "PO-b1",
+            "PO-a2",
+        ]
+
+
+def test_due_payouts_per_lane_agree_with_the_one_definition_on_random_records(store: Store) -> None:
+    """The worker's listing (at most ``per_lane`` of a provider) on every store is the definition's:
+    deep merchants, shallow ones, payouts not yet due, held for review, finished."""
+    rng = random.Random(5)
+    providers = ["mtn_cm", "orange_cm", "moov_ci"]
+    merchants = [f"mer_{n}" for n in range(9)]
+    payouts: list[Payout] = []
+    for n in range(300):
+        merchant = merchants[min(rng.randrange(0, 12), 8)]  # mer_8 has about a third of them
+        status = rng.choice(
+            [PayoutStatus.PENDING, PayoutStatus.PENDING, PayoutStatus.SENT, PayoutStatus.PAID]
+        )
+        held = status is PayoutStatus.PENDING and rng.random() < 0.1
+        check = None if held or status is PayoutStatus.PAID else NOW - 500 + rng.randrange(0, 1000)
+        made = payout(
+            f"PO-{n:03d}", merchant_id=merchant, status=status, awaiting_review=held, next_check_at=check
+        )
+        payouts.append(attrs.evolve(made, provider=rng.choice(providers)))
+    with store.transaction() as tx:
+        tx.payouts.add_many(payouts)
+    due = payouts_in_due_order(p for p in payouts if payout_is_due(p, NOW))
+    assert len({p.merchant_id for p in due}) == 9 and len(due) > 90
+    with store.read() as tx:
+        for per_lane, limit in ((1, 100), (3, 7), (5, 100), (20, 30), (200, 1000)):
+            expected = at_most_per_lane(due, payout_lane, per_lane)[:limit]
+            assert tx.payouts.due(NOW, limit, per_lane=per_lane) == expected
 
 
 def test_the_workers_listing_names_what_due_lists_in_its_order(store: Store) -> None:
