@@ -1,15 +1,17 @@
 """The worker's listings of due work against the size of the backlog, on SQLite and PostgreSQL.
 
-The worker lists what is due (``payouts.due_refs`` and ``outbox.due_refs`` with ``per_lane`` =
-``LANE_DEPTH``) again every few rounds while it works through a backlog, so a listing that costs what
-the whole backlog does makes a deep queue drain ever slower. This measures one listing of each at
-backlogs of 500, 5,000 and 20,000 due items, from one merchant and spread over 20, on a store made for
-the run: milliseconds a listing (median of ``--repeats``) and the ratio of the deepest backlog's
-listing to the shallowest's (1.0: the listing does not grow with the backlog; 40: it grows with it).
+The worker lists what is due (``payouts.due_refs``, ``outbox.due_refs`` and ``collections.due_refs``
+with ``per_lane`` = ``LANE_DEPTH``) again every few rounds while it works through a backlog, so a
+listing that costs what the whole backlog does makes a deep queue drain ever slower. This measures
+one listing of each at backlogs of 500, 5,000 and 20,000 due items, from one merchant and spread over
+20, on a store made for the run: milliseconds a listing (median of ``--repeats``) and the ratio of
+the deepest backlog's listing to the shallowest's (1.0: the listing does not grow with the backlog;
+40: it grows with it).
 
-The backlog is written through the store's repositories (``payouts.add_many``, ``outbox.add``), not
-the API: PENDING payouts due now, and PENDING events for the merchants' endpoints, plus as many
-finished payouts (PAID) and delivered events, which a listing must not read.
+The backlog is written through the store's repositories (``payouts.add_many``, ``outbox.add``,
+``collections.add``), not the API: PENDING payouts due now, PENDING events for the merchants'
+endpoints and PROCESSING collections due for a status check, plus as many finished payouts (PAID),
+delivered events and settled collections, which a listing must not read.
 
 ``python benchmarks/bench_listing.py [--sizes 500,5000,20000] [--merchants 1,20] [--repeats 15]
 [--postgres URL] [--no-sqlite] [--json PATH]``; the PostgreSQL URL defaults to
@@ -32,7 +34,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from paymentcore._domain.models import DeliveryStatus, Event, Payout, PayoutStatus
+from paymentcore._domain.models import (
+    Collection,
+    CollectionKind,
+    CollectionStatus,
+    DeliveryStatus,
+    Event,
+    Payout,
+    PayoutStatus,
+)
 from paymentcore._services.work import LANE_DEPTH
 from paymentcore.adapters.postgres import PostgresStore
 from paymentcore.adapters.sqlite import SqliteStore
@@ -40,6 +50,7 @@ from paymentcore.ports import Store
 
 NOW = 1_795_000_000_000
 LIMIT = 1000
+KINDS = ("payouts", "events", "collections")
 
 
 def _payout(reference: str, merchant_id: str, at: int, *, done: bool) -> Payout:
@@ -73,8 +84,29 @@ def _event(event_id: str, merchant_id: str, at: int, *, done: bool) -> Event:
     )
 
 
+def _collection(reference: str, merchant_id: str, at: int, *, done: bool) -> Collection:
+    return Collection(
+        reference=reference,
+        merchant_id=merchant_id,
+        kind=CollectionKind.CHARGE,
+        status=CollectionStatus.SUCCESS if done else CollectionStatus.PROCESSING,
+        requested_amount=100,
+        requested_currency="XAF",
+        description="Order",
+        merchant_reference=None,
+        created_at=at,
+        expires_at=NOW + 300_000,
+        updated_at=at,
+        phone="670000000",
+        provider="mtn_cm",
+        submitted_at=at,
+        next_check_at=None if done else at,
+    )
+
+
 def fill(store: Store, size: int, merchants: int, tag: str) -> None:
-    """``size`` due payouts and events over ``merchants`` merchants, and as many finished ones."""
+    """``size`` due payouts, events and collections over ``merchants`` merchants, and as many finished
+    ones."""
     owners = [f"mer_{tag}_{n}" for n in range(merchants)]
     for start in range(0, 2 * size, 5000):
         with store.transaction() as tx:
@@ -86,9 +118,9 @@ def fill(store: Store, size: int, merchants: int, tag: str) -> None:
                 ]
             )
             for i in rows:
-                tx.outbox.add(
-                    _event(f"evt_{tag}_{i}", owners[i % merchants], NOW - 2 * size + i, done=i < size)
-                )
+                at, owner, done = NOW - 2 * size + i, owners[i % merchants], i < size
+                tx.outbox.add(_event(f"evt_{tag}_{i}", owner, at, done=done))
+                tx.collections.add(_collection(f"REQ-{tag}-{i}", owner, at, done=done))
 
 
 def time_listing(store: Store, kind: str, repeats: int) -> tuple[float, int]:
@@ -96,8 +128,11 @@ def time_listing(store: Store, kind: str, repeats: int) -> tuple[float, int]:
 
     def listing() -> int:
         with store.read() as tx:
-            repository = tx.payouts if kind == "payouts" else tx.outbox
-            return len(repository.due_refs(NOW, LIMIT, per_lane=LANE_DEPTH))
+            if kind == "payouts":
+                return len(tx.payouts.due_refs(NOW, LIMIT, per_lane=LANE_DEPTH))
+            if kind == "events":
+                return len(tx.outbox.due_refs(NOW, LIMIT, per_lane=LANE_DEPTH))
+            return len(tx.collections.due_refs(NOW, LIMIT, per_lane=LANE_DEPTH))
 
     listed = listing()  # statements prepared, pages read
     samples = []
@@ -147,7 +182,7 @@ def measure(
 ) -> list[dict[str, Any]]:
     results = []
     for merchants in spreads:
-        for kind in ("payouts", "events"):
+        for kind in KINDS:
             per_size: dict[int, float] = {}
             named: dict[int, int] = {}
             for size in sizes:

@@ -194,10 +194,10 @@ def test_listing_benchmark_lists_each_backlog_on_both_engines(tmp_path: Path) ->
         (engine, kind, merchants)
         for engine in engines
         for merchants in (1, 3)
-        for kind in ("payouts", "events")
+        for kind in ("payouts", "events", "collections")
     ]
     for r in results:
-        # one lane a merchant for events, one network for payouts: at most 64 of a lane are listed
+        # one lane a merchant for events, one network for payouts and collections: 64 a lane at most
         lanes = r["merchants"] if r["kind"] == "events" else 1
         assert r["listed"] == {"30": 30, "100": min(100, 64 * lanes)}
         assert all(ms > 0 for ms in r["ms_per_listing"].values())
