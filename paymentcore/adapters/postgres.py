@@ -721,7 +721,10 @@ class PostgresStore:
             min_size=1,
             max_size=pool_size,
             timeout=timeout,
-            kwargs={"autocommit": True, "application_name": "paymentcore"},
+            # prepare_threshold None: psycopg prepares nothing of its own; the store prepares its
+            # statements itself (_Prepared), and psycopg, once it had prepared one, answered a
+            # ROLLBACK sent through it with DEALLOCATE ALL, which dropped the store's too
+            kwargs={"autocommit": True, "application_name": "paymentcore", "prepare_threshold": None},
             configure=_configure,
             open=False,
             name="paymentcore",

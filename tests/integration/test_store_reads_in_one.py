@@ -236,6 +236,36 @@ def test_on_postgresql_a_connection_whose_prepared_statement_went_stale_prepares
         one.close()
 
 
+def test_on_postgresql_a_refused_unit_after_health_checks_leaves_the_prepared_statements(
+    store: Store,
+) -> None:
+    """Health checks (``ping``, every few seconds behind a load balancer) on a connection, then a unit
+    that fails on it (a duplicate key), then more units: each is answered. psycopg prepares a query of
+    its own once it has run it five times, and then answered the failed unit's ROLLBACK by deallocating
+    every prepared statement, the store's too, so the next unit failed on a statement gone."""
+    if not isinstance(store, PostgresStore):
+        pytest.skip("statements are prepared on PostgreSQL's connections only")
+    with store.transaction() as tx:
+        tx.merchants.put(merchant())
+        tx.payouts.add(payout("PO-1"))
+    one = PostgresStore(store.url, pool_size=1, migrate=False)  # every unit on the same connection
+    try:
+        for _ in range(3):
+            with one.read() as view:
+                assert view.merchants.get("mer_1") == merchant()
+        for _ in range(8):
+            one.ping()
+        with pytest.raises(psycopg.errors.UniqueViolation), one.transaction() as tx:
+            tx.payouts.add(payout("PO-1"))
+        for _ in range(3):
+            with one.read() as view:
+                assert view.merchants.get("mer_1") == merchant()
+            with one.transaction() as tx:
+                tx.merchants.put(merchant())
+    finally:
+        one.close()
+
+
 def test_on_postgresql_values_are_bound_as_psycopg_binds_them_and_read_back_unchanged(store: Store) -> None:
     """A unit writes each value into its statement as the literal psycopg's own client-side binding
     writes (quotes, backslashes, a percent sign, NULL, a negative number, bytes), cutting each
