@@ -509,17 +509,6 @@ class Rows(abc.ABC):
         return self.listing(codec, key=key, after=after, scope=_equal(scope), filters=filters, limit=limit)
 
 
-def _in_turns(table: str, key: str, lane: str, due: str, order: str) -> str:
-    """The rest of a SELECT over ``table`` listing the rows meeting ``due`` in turns over ``lane``
-    (``_queries.in_turns``): each row ranked within its lane in ``order``, at most ``:per_lane`` of a
-    lane, every lane's first row before any lane's second; then ``LIMIT :limit``."""
-    return (
-        f"JOIN (SELECT {key} AS turn_key, row_number() OVER (PARTITION BY {lane} ORDER BY {order})"
-        f" AS turn FROM {table} WHERE {due}) AS turns ON turns.turn_key = {table}.{key}"
-        f" WHERE turn <= :per_lane ORDER BY turn, {order} LIMIT :limit"
-    )
-
-
 def _lane_heads(
     dialect: Dialect, table: str, index: str, columns: str, where: str, order: str, *, whole: bool = False
 ) -> str:
@@ -769,6 +758,60 @@ def _record_filters(status: enum.Enum | None, merchant_reference: str | None, **
     return _equal({"status": status, "merchant_reference": merchant_reference, **more})
 
 
+def _collection_lanes(dialect: Dialect) -> str:
+    """The worker's listing of due collections: ``_queries.collection_due_order`` in turns over
+    ``_queries.collection_lane`` (``_queries.in_turns``), at most ``:per_lane`` of a lane, as
+    (reference, lane, merchant); read from the two indexes of migration 13 instead of by ranking every
+    due collection.
+
+    A collection is listed by ``least(expires_at, next check)``. A lane's first ``:per_lane`` by that
+    are among its first ``:per_lane`` due for a check by next check (index ``collections_lanes_checks``)
+    and its first ``:per_lane`` overdue ones (expired: due to expire, or due for a check) by expiry
+    (``collections_lanes_expiry``): were one not among those, as many others would come before it.
+    So each lane (found by a walk up the index, one probe each) gives at most twice ``:per_lane``,
+    and only those are ranked."""
+    lane = "coalesce(provider, '')"
+    open_ = sql_in("status", COLLECTION_CHECK_STATUSES | COLLECTION_EXPIRY_STATUSES)  # the indexes' rows
+    index = dialect.indexed_by("collections_lanes_checks")
+    columns = "w.reference, w.provider, w.merchant_id, w.expires_at, w.next_check_at"
+    in_lane = f"lanes.lane IS NOT NULL AND coalesce(w.provider, '') = lanes.lane AND w.{open_}"
+    check = f"{sql_in('w.status', COLLECTION_CHECK_STATUSES)} AND w.next_check_at <= :now"
+    expire = f"{sql_in('w.status', COLLECTION_EXPIRY_STATUSES)} AND w.submitted_at IS NULL"
+    checks = _lane_heads(
+        dialect,
+        "collections",
+        "collections_lanes_checks",
+        columns,
+        f"{in_lane} AND {check}",
+        "w.next_check_at, w.reference",
+    )
+    overdue = _lane_heads(
+        dialect,
+        "collections",
+        "collections_lanes_expiry",
+        columns,
+        f"{in_lane} AND w.expires_at <= :now AND (({check}) OR ({expire}))",
+        "w.expires_at, w.reference",
+    )
+    head = "SELECT head.reference, head.provider, head.merchant_id, head.expires_at, head.next_check_at"
+    return (
+        "WITH RECURSIVE lanes(lane) AS ("
+        f" SELECT (SELECT {lane} FROM collections{index} WHERE {open_} ORDER BY {lane} LIMIT 1)"
+        f" UNION ALL SELECT (SELECT {lane} FROM collections{index} WHERE {open_} AND {lane} > lanes.lane"
+        f" ORDER BY {lane} LIMIT 1) FROM lanes WHERE lanes.lane IS NOT NULL),"
+        f" heads AS ({head} {checks} UNION {head} {overdue}),"
+        f" keyed AS (SELECT reference, provider, merchant_id, {dialect.least}(expires_at,"
+        " coalesce(next_check_at, expires_at)) AS due_key FROM heads),"
+        " turns AS (SELECT reference, provider, merchant_id, due_key, row_number() OVER"
+        " (PARTITION BY coalesce(provider, '') ORDER BY due_key, reference) AS turn FROM keyed)"
+        " SELECT reference, coalesce(provider, ''), merchant_id FROM turns WHERE turn <= :per_lane"
+        " ORDER BY turn, due_key, reference LIMIT :limit"
+    )
+
+
+_COLLECTION_LANES = {dialect.name: _collection_lanes(dialect) for dialect in (SQLITE, POSTGRESQL)}
+
+
 class _Collections(_Repository):
     def get(self, reference: str) -> Collection | None:
         collection: Collection | None = self._rows.one(
@@ -783,24 +826,33 @@ class _Collections(_Repository):
         self._rows.update(_COLLECTIONS, collection)
 
     def due(self, now: int, limit: int, *, per_lane: int | None = None) -> list[Collection]:
-        return self._rows.many(_COLLECTIONS, self._listing(per_lane), _due_params(now, limit, per_lane))
+        if per_lane is None:
+            return self._rows.many(_COLLECTIONS, self._listing(), {"now": now, "limit": limit})
+        refs = self.due_refs(now, limit, per_lane=per_lane)
+        if not refs:
+            return []
+        marks = ", ".join("?" for _ in refs)
+        rows = self._rows.many(_COLLECTIONS, f"WHERE reference IN ({marks})", [ref.key for ref in refs])
+        found = {collection.reference: collection for collection in rows}
+        return [found[ref.key] for ref in refs if ref.key in found]
 
     def due_refs(self, now: int, limit: int, *, per_lane: int | None = None) -> list[DueRef]:
-        found = self._rows.run(
-            "SELECT collections.reference, coalesce(collections.provider, ''), collections.merchant_id"
-            f" FROM collections {self._listing(per_lane)}",
-            _due_params(now, limit, per_lane),
-        )
-        return [DueRef(*row) for row in found.fetchall()]
+        if per_lane is not None:
+            params = {"now": now, "per_lane": per_lane, "limit": limit}
+            rows = self._rows.run(_COLLECTION_LANES[self._rows.dialect.name], params).fetchall()
+        else:
+            rows = self._rows.run(
+                "SELECT collections.reference, coalesce(collections.provider, ''), collections.merchant_id"
+                f" FROM collections {self._listing()}",
+                {"now": now, "limit": limit},
+            ).fetchall()
+        return [DueRef(*row) for row in rows]
 
-    def _listing(self, per_lane: int | None) -> str:
-        # in _queries.collection_due_order; in turns over _queries.collection_lane when per_lane is given
+    def _listing(self) -> str:
+        # in _queries.collection_due_order (the worker's listing, in turns over the lanes: _COLLECTION_LANES)
         least = self._rows.dialect.least
         order = f"{least}(expires_at, coalesce(next_check_at, expires_at)), collections.reference"
-        due = f"reference IN ({_DUE_COLLECTIONS})"
-        if per_lane is not None:
-            return _in_turns("collections", "reference", "coalesce(provider, '')", due, order)
-        return f"WHERE {due} ORDER BY {order} LIMIT :limit"
+        return f"WHERE reference IN ({_DUE_COLLECTIONS}) ORDER BY {order} LIMIT :limit"
 
     def count_due(self, now: int) -> int:
         return self._rows.count(f"SELECT count(*) FROM ({_DUE_COLLECTIONS}) AS due", {"now": now})

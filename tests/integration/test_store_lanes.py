@@ -22,6 +22,8 @@ from test_store_contract import (  # type: ignore[import-not-found, unused-ignor
 from paymentcore._domain.models import CollectionStatus, DeliveryStatus, Payout, PayoutStatus
 from paymentcore._domain.queries import (
     at_most_per_lane,
+    collection_due_order,
+    collection_is_due,
     collection_lane,
     event_lane,
     in_turns,
@@ -188,6 +190,47 @@ def test_due_payouts_per_lane_agree_with_the_one_definition_on_random_records(st
         for per_lane, limit in ((1, 100), (3, 7), (5, 100), (20, 30), (200, 1000)):
             expected = at_most_per_lane(due, payout_lane, per_lane)[:limit]
             assert tx.payouts.due(NOW, limit, per_lane=per_lane) == expected
+
+
+def test_due_collections_per_lane_agree_with_the_one_definition_on_random_records(store: Store) -> None:
+    """The worker's listing of collections (at most ``per_lane`` of a lane) on every store is the
+    definition's: due for a check, overdue (expired, waiting to expire or still checked), a checkout no
+    payer chose yet (no provider), not yet due, settled."""
+    rng = random.Random(13)
+    rows = []
+    for n in range(400):
+        status = rng.choice(
+            [
+                CollectionStatus.PENDING,
+                CollectionStatus.PROCESSING,
+                CollectionStatus.PROCESSING,
+                CollectionStatus.SUCCESS,
+            ]
+        )
+        check = rng.choice([None, NOW - rng.randrange(0, 2000), NOW + rng.randrange(1, 2000)])
+        submitted = None if rng.random() < 0.5 else NOW - 5000
+        made = collection(
+            f"REQ-{n:03d}",
+            status=status,
+            next_check_at=None if status is CollectionStatus.SUCCESS else check,
+            expires_at=NOW - 1500 + rng.randrange(0, 3000),
+            submitted_at=submitted,
+        )
+        provider = rng.choice(["mtn_cm", "orange_cm", "moov_ci", None])
+        rows.append(
+            attrs.evolve(made, merchant_id=rng.choice(["mer_1", "mer_2", "mer_3"]), provider=provider)
+        )
+    with store.transaction() as tx:
+        for c in rows:
+            tx.collections.add(c)
+    due = sorted((c for c in rows if collection_is_due(c, NOW)), key=collection_due_order)
+    assert len(due) > 100 and len({collection_lane(c) for c in due}) == 4
+    with store.read() as tx:
+        for per_lane, limit in ((1, 100), (3, 9), (10, 100), (40, 60), (500, 1000)):
+            expected = in_turns(due, collection_lane, per_lane)[:limit]
+            assert tx.collections.due(NOW, limit, per_lane=per_lane) == expected
+            listed = tx.collections.due_refs(NOW, limit, per_lane=per_lane)
+            assert listed == [DueRef(c.reference, collection_lane(c), c.merchant_id) for c in expected]
 
 
 def test_the_workers_listing_names_what_due_lists_in_its_order(store: Store) -> None:
