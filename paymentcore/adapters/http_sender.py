@@ -26,6 +26,7 @@ a delivery again (about 220 -> 115 us to a local endpoint).
 from __future__ import annotations
 
 import email.utils
+import functools
 import http.client
 import ipaddress
 import math
@@ -107,6 +108,7 @@ def _describe(exc: BaseException) -> str:
     return f"{name}: {detail[:200]}" if detail else name
 
 
+@functools.lru_cache(maxsize=1024)  # a target is checked at every delivery; the answer never changes
 def _check_target(target: DeliveryTarget) -> str | None:
     """Why ``target`` cannot be delivered to as it stands, or None."""
     try:

@@ -223,6 +223,10 @@ def _encode(value: Any) -> Any:
     return value
 
 
+#: event data: every number comes back as a Decimal, as it went in (one decoder, not one a row)
+_EXACT_JSON = json.JSONDecoder(parse_float=Decimal, parse_int=Decimal)
+
+
 def _decoder(tp: Any) -> Any:
     """How a column's value becomes the record's, or None when it is taken as it comes."""
     origin = typing.get_origin(tp)
@@ -237,8 +241,8 @@ def _decoder(tp: Any) -> Any:
         return lambda v: frozenset(item(x) for x in json.loads(v))
     if origin is tuple:
         return lambda v: tuple(LedgerLeg(a, n) for a, n in json.loads(v))
-    if origin is dict:  # event data: every number comes back as a Decimal, as it went in
-        return lambda v: json.loads(v, parse_float=Decimal, parse_int=Decimal)
+    if origin is dict:
+        return _EXACT_JSON.decode
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         return tp
     if tp is bool:
