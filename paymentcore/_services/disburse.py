@@ -824,8 +824,10 @@ class Disburse:
             # status asked again at the next poll (or when the network said it would know)
             check_at = self._check_again(now, status, asked_at)
             self._after_send(tx, claim.reference, outcome.result, now, check_at=check_at, status=status)
-        elif self._after_send(tx, claim.reference, outcome.result, now, check_at=now):
-            self._after_check(tx, claim.reference, status, now, asked_at=asked_at)
+        else:  # taken and already completed (or failed): SENT and the outcome in one write of the row
+            sent = self._after_send(tx, claim.reference, outcome.result, now, check_at=now, write=False)
+            if sent is not None:
+                self._after_check(tx, claim.reference, status, now, asked_at=asked_at, payout=sent)
         return False
 
     def _check_again(self, now: int, status: PayoutResult | None, asked_at: int | None) -> int:
@@ -841,26 +843,39 @@ class Disburse:
         *,
         check_at: int,
         status: PayoutResult | None = None,
-    ) -> bool:
-        """Record the hand-over (SENT, its status asked at ``check_at``); True when the network took it.
-        ``status``: a PENDING answer asked right after, whose reference is kept if the hand-over had none."""
+        write: bool = True,
+    ) -> models.Payout | None:
+        """Record the hand-over (SENT, its status asked at ``check_at``); the SENT payout when the
+        network took it, else None. ``status``: a PENDING answer asked right after, whose reference is
+        kept if the hand-over had none. ``write=False``: the row is not written here, because the caller
+        writes the outcome the network already gave in the same unit (the event is emitted either way)."""
         payout = self._require(tx, reference)
         if payout.status is not PayoutStatus.PENDING:
-            return False
+            return None
         if result.outcome is NetworkOutcome.FAILED:
             self._fail(tx, payout, result.reason or "The network refused the payout.", now)
-            return False
+            return None
         provider_reference = result.provider_reference or (status.provider_reference if status else None)
         sent = payout.mark_sent(now, provider_reference=provider_reference, next_check_at=check_at)
-        tx.payouts.update(sent)
+        if write:
+            tx.payouts.update(sent)
         self._tell(sent.status)
         self._emit(tx, sent, EventType.DISBURSE_SENT, now)
-        return True
+        return sent
 
     def _after_check(
-        self, tx: Transaction, reference: str, result: PayoutResult, now: int, *, asked_at: int | None = None
+        self,
+        tx: Transaction,
+        reference: str,
+        result: PayoutResult,
+        now: int,
+        *,
+        asked_at: int | None = None,
+        payout: models.Payout | None = None,
     ) -> None:
-        payout = self._require(tx, reference)
+        """Record a status answer for the SENT payout ``reference`` (``payout``: its SENT record not yet
+        written, which every branch below writes)."""
+        payout = payout if payout is not None else self._require(tx, reference)
         if payout.status is not PayoutStatus.SENT:
             return
         if result.provider_reference and not payout.provider_reference:

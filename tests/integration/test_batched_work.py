@@ -212,6 +212,46 @@ class _Asked:
         return self.inner.payout_status(request, now)
 
 
+def test_a_payout_completed_at_once_is_written_once_after_its_claim(
+    core: PaymentCore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The network takes the payout and says at once that it is paid: the row is written once for both
+    answers (SENT, then PAID, only in memory between them), and nothing of the hand-over is lost: the
+    record keeps when it was sent and the network's reference, the SENT event says SENT, the PAID one
+    PAID, and the money moved once."""
+    from paymentcore.adapters import memory, sql
+
+    writes: list[PayoutStatus] = []
+    for module in (memory, sql):
+        update = module._Payouts.update
+
+        def counted(self: Any, payout: Any, _update: Any = update) -> None:
+            writes.append(payout.status)
+            _update(self, payout)
+
+        monkeypatch.setattr(module._Payouts, "update", counted)
+    merchant_id, [reference] = _payouts(core, 1)
+    runner = core.disburse.runner
+    [one] = runner.claim_many(runner.due(10))
+    outcome = runner.act(one)
+    assert outcome is not None
+    writes.clear()
+    assert runner.record_many([(one, outcome)]) == []
+    assert writes == [PayoutStatus.PAID]
+
+    with core.store.read() as tx:
+        stored = tx.payouts.get(reference)
+        events = [event for event in tx.outbox.list(merchant_id) if event.data["reference"] == reference]
+    assert stored is not None and stored.status is PayoutStatus.PAID
+    assert stored.sent_at is not None and stored.provider_reference
+    assert stored.next_check_at is None
+    assert [(event.type, event.data["status"]) for event in events] == [
+        (EventType.DISBURSE_SENT, "SENT"),
+        (EventType.DISBURSE_SUCCEEDED, "PAID"),
+    ]
+    _check_money(core, merchant_id, paid=1)
+
+
 def test_a_hand_over_is_written_with_the_status_asked_at_once_or_asked_again_at_the_next_poll(
     core: PaymentCore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
