@@ -212,14 +212,42 @@ class _Asked:
         return self.inner.payout_status(request, now)
 
 
+class _FailsAtOnce:
+    """The sandbox, whose status check right after a hand-over says the payout did not complete."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def payout_status(self, request: Any, now: int) -> PayoutResult:
+        return PayoutResult(NetworkOutcome.FAILED, reason="injected: the wallet refused it")
+
+
+@pytest.mark.parametrize(
+    ("answer", "final", "event_type"),
+    [
+        ("paid", PayoutStatus.PAID, EventType.DISBURSE_SUCCEEDED),
+        ("failed", PayoutStatus.FAILED, EventType.DISBURSE_FAILED),
+    ],
+)
 def test_a_payout_completed_at_once_is_written_once_after_its_claim(
-    core: PaymentCore, monkeypatch: pytest.MonkeyPatch
+    core: PaymentCore,
+    monkeypatch: pytest.MonkeyPatch,
+    answer: str,
+    final: PayoutStatus,
+    event_type: EventType,
 ) -> None:
-    """The network takes the payout and says at once that it is paid: the row is written once for both
-    answers (SENT, then PAID, only in memory between them), and nothing of the hand-over is lost: the
-    record keeps when it was sent and the network's reference, the SENT event says SENT, the PAID one
-    PAID, and the money moved once."""
+    """The network takes the payout and says at once that it is paid (or that it failed): the row is
+    written once for both answers (SENT, then the outcome, only in memory between them), and nothing of
+    the hand-over is lost: the record keeps when it was sent and the network's reference, the SENT event
+    says SENT, the outcome's its status, and the money moved once (paid out, or still reserved until the
+    failed payout is resolved)."""
     from paymentcore.adapters import memory, sql
+
+    if answer == "failed":
+        monkeypatch.setattr(core.deps, "network", _FailsAtOnce(core.deps.network))
 
     writes: list[PayoutStatus] = []
     for module in (memory, sql):
@@ -237,19 +265,24 @@ def test_a_payout_completed_at_once_is_written_once_after_its_claim(
     assert outcome is not None
     writes.clear()
     assert runner.record_many([(one, outcome)]) == []
-    assert writes == [PayoutStatus.PAID]
+    assert writes == [final]
 
     with core.store.read() as tx:
         stored = tx.payouts.get(reference)
         events = [event for event in tx.outbox.list(merchant_id) if event.data["reference"] == reference]
-    assert stored is not None and stored.status is PayoutStatus.PAID
+        balance = check_invariant(tx, merchant_id, "XAF")  # raises when the ledger disagrees
+    assert stored is not None and stored.status is final
     assert stored.sent_at is not None and stored.provider_reference
     assert stored.next_check_at is None
     assert [(event.type, event.data["status"]) for event in events] == [
         (EventType.DISBURSE_SENT, "SENT"),
-        (EventType.DISBURSE_SUCCEEDED, "PAID"),
+        (event_type, final.value),
     ]
-    _check_money(core, merchant_id, paid=1)
+    if final is PayoutStatus.PAID:
+        assert balance.paid_out == AMOUNT and balance.reserved == 0
+    else:
+        assert stored.status_reason == "injected: the wallet refused it"
+        assert balance.paid_out == 0 and balance.reserved == AMOUNT
 
 
 def test_a_hand_over_is_written_with_the_status_asked_at_once_or_asked_again_at_the_next_poll(
