@@ -19,6 +19,10 @@ b. without the proxy, 32 clients: POST /v1/disburse on PostgreSQL against SQLite
    evenly over the processes' ports; ratios PG/SQLite, 2/1 and 3/1. The clients pay from 32 merchants
    (client i from merchant i), so the payouts are spread over merchants.
 
+Each window starts once the servers' workers have finished the previous window's background work
+(:func:`settle`), so that it measures its own server(s) only; per window the report gives the machine's
+busy share and the CPU a payout of the servers (their workers in) and of a local PostgreSQL.
+
 The load is a closed loop of keep-alive HTTP/1.1 clients (this script run with ``--generate``, in a
 process of its own). Every POST /v1/disburse pays 100 XAF with a unique Idempotency-Key.
 
@@ -36,6 +40,7 @@ import asyncio
 import http.client
 import itertools
 import json
+import os
 import platform
 import secrets
 import shutil
@@ -63,6 +68,8 @@ RESULT_MARK = "BENCH_RESULT "
 PROXY_CLIENTS = 16  # (ii) and (iii)
 SPREAD_CLIENTS = 32  # part b
 MAX_PROCESSES = 3
+WINDOWS = ("one-merchant", "own-merchant", "sqlite-full", *(f"pg-{n}" for n in range(1, MAX_PROCESSES + 1)))
+SETTLE_CAP = 120.0  # seconds: the longest wait for one window's background work before the next window
 
 
 @dataclass(frozen=True)
@@ -324,15 +331,109 @@ def serial_payouts(
     }
 
 
+def _reader(db: Database) -> Reader:
+    url = db.db if bench_core.is_postgres(db.db) else None
+    return Reader(bench_core.Prepared(Path(db.db), "", {}, Path("-"), Path("-"), [], bench_core.FUNDING, url))
+
+
+def open_work(db: Database) -> int:
+    """The background work still to do in ``db``: payouts the worker has a step for (sending, checking)
+    and events not yet delivered or given up."""
+    reader = _reader(db)
+    try:
+        rows = reader.rows(
+            "SELECT (SELECT count(*) FROM payouts WHERE next_check_at IS NOT NULL)"
+            " + (SELECT count(*) FROM events WHERE status = 'PENDING')",
+            (),
+        )
+    finally:
+        reader.close()
+    return int(rows[0][0])
+
+
+def settle(databases: list[Database], cap: float = SETTLE_CAP) -> float | None:
+    """Wait until the servers' workers have finished the background work of every database (the
+    previous window's payouts settled, their events delivered): seconds waited, or None at ``cap``.
+
+    Each window then measures its own server(s) only: on this machine's few cores a worker still
+    settling the previous window's payouts (through the proxy, or on the other engine) takes CPU from
+    the window being measured, and which window pays depends on the order."""
+    started = time.monotonic()
+    while time.monotonic() - started < cap:
+        if all(open_work(db) == 0 for db in databases):
+            return time.monotonic() - started
+        time.sleep(0.05)
+    return None
+
+
+# --- where the CPU went in a window --------------------------------------------------------------
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _machine_ticks() -> tuple[int, int]:
+    """(busy, all) CPU ticks of the whole machine since boot, from /proc/stat."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def _process_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (0 once it is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def _postgres_pids() -> list[int]:
+    """The local PostgreSQL server's processes (none when it runs elsewhere)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "cmdline").read_bytes().startswith(b"postgres"):
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+@dataclass
+class CpuMark:
+    machine: tuple[int, int]
+    servers: float
+    postgres: float
+
+    @classmethod
+    def take(cls, servers: list[Server]) -> CpuMark:
+        return cls(
+            _machine_ticks(),
+            sum(_process_seconds(s.process.pid) for s in servers),
+            sum(_process_seconds(pid) for pid in _postgres_pids()),
+        )
+
+    def since(self, before: CpuMark, payouts: int) -> dict[str, float | None]:
+        """The machine's busy share over the window, and the CPU ms a payout of every server process
+        (their workers included) and of PostgreSQL (None when it is not on this machine)."""
+        busy, total = (a - b for a, b in zip(self.machine, before.machine, strict=True))
+        per = 1000 / payouts if payouts else None
+        postgres = self.postgres - before.postgres
+        return {
+            "machine_busy": busy / total if total else None,
+            "server_cpu_ms_per_payout": None if per is None else (self.servers - before.servers) * per,
+            "postgres_cpu_ms_per_payout": None if per is None or postgres <= 0 else postgres * per,
+        }
+
+
 # --- the correctness gate --------------------------------------------------------------------------
 
 
 def check_database(gate: Gate, db: Database) -> dict[str, Any]:
     """The payouts and balances read straight from the database, then ``core.check_all_ledgers()``."""
-    url = db.db if bench_core.is_postgres(db.db) else None
-    reader = Reader(
-        bench_core.Prepared(Path(db.db), "", {}, Path("-"), Path("-"), [], bench_core.FUNDING, url)
-    )
+    reader = _reader(db)
     try:
         payouts = reader.rows("SELECT merchant_id, merchant_reference, amount, resolution FROM payouts", ())
         balances = reader.rows(
@@ -534,10 +635,20 @@ class Bench:
             }
             order = loads if r % 2 == 0 else list(reversed(loads))
             for name, call in order:
+                settled = settle(databases)
+                if settled is None:
+                    self.gate.check(
+                        f"{name}: the previous window's background work done within {SETTLE_CAP:.0f} s",
+                        False,
+                        "; ".join(f"{db.label}: {open_work(db)} items open" for db in databases),
+                    )
                 before = load_proxy.counts().round_trips
+                mark = CpuMark.take(self.servers)
                 result: Load = call()
                 moved = load_proxy.counts().round_trips - before
                 figures[name] = asdict(result)
+                figures[name].update(CpuMark.take(self.servers).since(mark, result.requests))
+                figures[name]["settle_before_s"] = settled
                 if name in ("one-merchant", "own-merchant"):
                     figures[name]["round_trips_per_payout"] = (
                         moved / result.requests if result.requests else None
@@ -604,9 +715,21 @@ class Bench:
             _target("no proxy, c=32: PostgreSQL / SQLite FULL", direct["pg_to_sqlite_ratio"], ">=", 0.8),
             _target("no proxy, c=32: two API processes / one", direct["two_to_one_ratio"], ">=", 1.5),
         ]
+
+        def median_of(name: str, figure: str) -> float | None:
+            return _median([r[name][figure] for r in rounds if r[name].get(figure) is not None])
+
+        cpu = {
+            name: {
+                figure: median_of(name, figure)
+                for figure in ("machine_busy", "server_cpu_ms_per_payout", "postgres_cpu_ms_per_payout")
+            }
+            for name in WINDOWS
+        }
         return {
             "proxied": proxied,
             "direct": direct,
+            "cpu": cpu,
             "targets": targets,
             "rounds": rounds,
             "databases": checks,
@@ -658,8 +781,15 @@ def table(results: dict[str, Any]) -> str:
         f"| PostgreSQL, 3 processes | {_fmt(d['pg_3_processes_c32_rps'])} | "
         f"{_fmt(d['three_to_one_ratio'], 2)} x one |",
         "",
-        "targets (issue 26; reported, never judged by the exit status)",
+        "CPU in each window (every window starts once the previous one's background work is done):",
+        "| window | machine busy | servers' CPU ms a payout (workers in) | PostgreSQL's CPU ms a payout |",
+        "|---|---|---|---|",
     ]
+    for name, cpu in results.get("cpu", {}).items():
+        busy = "-" if cpu["machine_busy"] is None else f"{cpu['machine_busy']:.0%}"
+        server, postgres = cpu["server_cpu_ms_per_payout"], cpu["postgres_cpu_ms_per_payout"]
+        lines.append(f"| {name} | {busy} | {_fmt(server, 2)} | {_fmt(postgres, 2)} |")
+    lines += ["", "targets (issue 26; reported, never judged by the exit status)"]
     for t in results["targets"]:
         mark = {True: "met", False: "NOT met", None: "-"}[t["met"]]
         lines.append(f"- {t['name']}: {_fmt(t['value'], 2)} (goal {t['goal']}): {mark}")

@@ -242,6 +242,13 @@ def test_postgres_network_benchmark_reports_every_figure(tmp_path: Path) -> None
         assert value is not None
     assert [t["met"] is not None for t in report["targets"]] == [True] * 4
     assert "round trips per payout at c=1" in done.stdout and "PostgreSQL, 3 processes" in done.stdout
+    # every window began once the previous one's background work was done, and its CPU was read
+    windows = [w for r in report["rounds"] for w in r.values() if isinstance(w, dict)]
+    assert len(windows) == 6 and all(w["settle_before_s"] is not None for w in windows)
+    assert set(report["cpu"]) == {"one-merchant", "own-merchant", "sqlite-full", "pg-1", "pg-2", "pg-3"}
+    for name, cpu in report["cpu"].items():
+        assert 0 < cpu["machine_busy"] <= 1 and cpu["server_cpu_ms_per_payout"] > 0, name
+    assert "| pg-1 |" in done.stdout
 
 
 def test_workers_benchmark_drains_a_backlog_with_one_two_and_three_worker_processes(tmp_path: Path) -> None:
