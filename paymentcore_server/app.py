@@ -63,6 +63,7 @@ from paymentcore_server._headers import (
     RATE_LIMIT_REMAINING,
     RATE_LIMIT_RESET,
 )
+from paymentcore_server._threads import FairThreads
 from paymentcore_server._wire import (
     Fields,
     Query,
@@ -114,6 +115,10 @@ MAX_IDEMPOTENCY_KEY = MAX_IDEMPOTENCY_KEY_LENGTH
 UNAUTHORIZED_MESSAGE = "A valid API key is required: send Authorization: Bearer <API_KEY>."
 CACHE_HOUR = "public, max-age=3600"
 REQUEST_THREADS = 40  # requests served at once, as many as Starlette's default thread pool
+#: on a database server, the threads one merchant's requests may hold at once (the rest wait their
+#: turn on the event loop): its payouts wait for its lock, and would otherwise hold every thread
+REQUEST_THREADS_PER_MERCHANT = 8
+_LANES_KNOWN = 4096  # API keys whose merchant the hand-out remembers (then it starts afresh)
 HEALTH_TIMEOUT = 0.8  # seconds: /healthz answers 503 rather than wait longer for the database
 log = logging.getLogger("paymentcore.server")
 
@@ -299,6 +304,12 @@ class Api:
         # the threads requests run on: a plain executor is a cheaper hop than anyio's thread pool
         self._requests = ThreadPoolExecutor(REQUEST_THREADS, thread_name_prefix="paymentcore-request")
         self._local_reads = isinstance(core.store, SqliteStore | MemoryStore)
+        # handed out by merchant in turns; a merchant's share is capped where its requests can wait
+        # for its lock while holding a thread (a database server), not where they all wait for the
+        # one writer and its batch (SQLite, memory)
+        share = REQUEST_THREADS if self._local_reads else REQUEST_THREADS_PER_MERCHANT
+        self._threads = FairThreads(self._requests, REQUEST_THREADS, per_lane=share)
+        self._lane_of: dict[int, str] = {}  # hash of an Authorization header -> its merchant
         # a POST is admitted on the loop only where its count cannot wait for a writer of the store
         # (the memory store is its own rate book, whose lock a bulk payout holds for a while)
         self._loop_posts = self._local_reads and core.access.counts_apart
@@ -352,6 +363,15 @@ class Api:
         except PaymentError as error:
             raise call.translate(error) from None
 
+    def _learn(self, token: int, seen: dict[str, Any]) -> None:
+        """The merchant of the request's key, for the lane of its next requests (a scheduling hint,
+        never an authorization: each request is authenticated afresh)."""
+        merchant = seen.get("merchant_id")
+        if merchant is not None and self._lane_of.get(token) != merchant:
+            if len(self._lane_of) >= _LANES_KNOWN:
+                self._lane_of.clear()
+            self._lane_of[token] = merchant
+
     @staticmethod
     def _rate_headers(state: RateState) -> dict[str, str]:
         return {
@@ -400,10 +420,14 @@ class Api:
                     reply, state = self._answer(principal, counted, asked)
                 else:  # the caller is known and counted: only the write crosses to a thread
                     answer = partial(self._answer, principal, counted, asked)
-                    reply, state = await asyncio.get_running_loop().run_in_executor(self._requests, answer)
+                    reply, state = await self._threads.run(principal.merchant.id, answer)
             else:
-                serve = partial(self._serve, asked, seen)
-                reply, state = await asyncio.get_running_loop().run_in_executor(self._requests, serve)
+                token = hash(asked.authorization)
+                try:
+                    lane = self._lane_of.get(token) or f"key {token}"
+                    reply, state = await self._threads.run(lane, partial(self._serve, asked, seen))
+                finally:
+                    self._learn(token, seen)
         except PaymentError as error:
             await send_json(send, *error_reply(scope, error))
             return
