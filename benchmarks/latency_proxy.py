@@ -230,6 +230,10 @@ class LatencyProxy:
                     writer.close()
                     with contextlib.suppress(OSError, asyncio.CancelledError):
                         await writer.wait_closed()
+        except asyncio.CancelledError:
+            # Only stop() cancels a connection's task. Ending it normally keeps asyncio's stream callback,
+            # which asks the task for its exception, from logging a CancelledError traceback per connection.
+            return
         finally:
             self._tasks.discard(task)
 
