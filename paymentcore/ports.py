@@ -192,8 +192,9 @@ class KeyLookup:
 class PayoutInputs:
     """What creating a payout reads, in one statement on the SQL stores: the switches, the merchant
     (None when there is none), its limits in the currency (None when unset), what it paid out in the
-    currency since the start of each rolling window (None when that window has no limit), and its
-    available balance in the currency (None when it has no balance there)."""
+    currency since the start of each rolling window (None when that window has no limit), its
+    available balance in the currency (None when it has no balance there), and the answer kept for
+    the idempotency key asked with them (None when none was asked, or none is kept)."""
 
     settings: Settings
     merchant: Merchant | None
@@ -201,6 +202,7 @@ class PayoutInputs:
     spent_day: int | None
     spent_week: int | None
     available: int | None = None
+    kept: IdempotencyRecord | None = None
 
 
 class KeyRepository(Protocol):
@@ -350,19 +352,32 @@ class PayoutRepository(Protocol):
         ...
 
     def inputs(
-        self, merchant_id: str, currency: str | None, *, day_since: int, week_since: int
+        self,
+        merchant_id: str,
+        currency: str | None,
+        *,
+        day_since: int,
+        week_since: int,
+        idempotency_key: str | None = None,
     ) -> PayoutInputs:
         """What a new payout of ``merchant_id`` in ``currency`` is checked against (no currency: the
         switches and the merchant only); the spends are ``spent`` since ``day_since`` and
-        ``week_since``, read only for a window that has a limit."""
+        ``week_since``, read only for a window that has a limit; with ``idempotency_key``, the answer
+        kept for it (``IdempotencyRepository.get``), read in the same statement."""
         ...
 
     def inputs_later(
-        self, merchant_id: str, currency: str | None, *, day_since: int, week_since: int
+        self,
+        merchant_id: str,
+        currency: str | None,
+        *,
+        day_since: int,
+        week_since: int,
+        idempotency_key: str | None = None,
     ) -> Callable[[], PayoutInputs]:
         """:meth:`inputs`, asked now and read when the answer is called: a store that sends several
         statements in one query (PostgreSQL) keeps the read and sends it with the next read whose
-        answer is needed (the idempotency key's), so both cost one round trip."""
+        answer is needed, so both cost one round trip."""
         ...
 
     def page(

@@ -78,6 +78,19 @@ class Deps:
         with self.transaction(merchants=merchants) as tx:
             yield tx
 
+    def sweeping(self) -> AbstractContextManager[Transaction]:
+        """A write transaction of housekeeping that only deletes rows no unit needs any more (expired
+        idempotency answers, dead workers' leases): on a store whose claims take no merchant's
+        partition (``ports.SkippingStore``), that unit, which makes no merchant's writer wait and waits
+        for none (the whole store's lock is taken only shared; a row being deleted is locked on its
+        own); elsewhere ``store.transaction()``. With the whole store's lock taken exclusively, a sweep
+        waited for every merchant's unit in flight, and every merchant's next unit queued behind the
+        sweep: one merchant's long unit stopped every merchant's writes."""
+        if self.partitioned and hasattr(self.store, "transaction_for_claims"):
+            skipping: SkippingStore = self.store  # type: ignore[assignment]
+            return skipping.transaction_for_claims()
+        return self.store.transaction()
+
     def glance(self) -> AbstractContextManager[Transaction]:
         """A read of independent facts: ``store.glance()`` on a store that offers it
         (``ports.GlancingStore``), its read view elsewhere."""

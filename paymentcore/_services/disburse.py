@@ -14,6 +14,7 @@ posts or releases it, and every later attempt is refused.
 from __future__ import annotations
 
 import builtins
+import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
@@ -44,7 +45,14 @@ from paymentcore._domain.limits import (
     MAX_PHONE_LENGTH,
     MAX_RECIPIENT_NAME_LENGTH,
 )
-from paymentcore._domain.models import BatchMode, BatchTally, Merchant, PayoutStatus, Settings
+from paymentcore._domain.models import (
+    BatchMode,
+    BatchTally,
+    IdempotencyRecord,
+    Merchant,
+    PayoutStatus,
+    Settings,
+)
 from paymentcore._domain.money import parse_amount, to_decimal
 from paymentcore._domain.pages import (
     DEFAULT_LIMIT,
@@ -200,12 +208,16 @@ class Disburse:
         asked_for: list[Callable[[], PayoutInputs]] = []  # by prepare, in the body's own transaction
 
         def ask(tx: Transaction, now: int) -> Callable[[], PayoutInputs]:
-            """Everything the checks read, in one statement."""
+            """Everything the checks read, and the key's kept answer, in one statement."""
             day, week = now - DAY_MS, now - WEEK_MS
-            return tx.payouts.inputs_later(merchant_id, code, day_since=day, week_since=week)
+            return tx.payouts.inputs_later(
+                merchant_id, code, day_since=day, week_since=week, idempotency_key=key
+            )
 
-        def prepare(tx: Transaction, now: int) -> None:  # asked with the idempotency key's lookup
-            asked_for.append(ask(tx, now))
+        def prepare(tx: Transaction, now: int) -> Callable[[], IdempotencyRecord | None]:
+            inputs = functools.cache(ask(tx, now))  # read once, by the lookup then by the body
+            asked_for.append(inputs)
+            return lambda: inputs().kept
 
         def body(tx: Transaction, now: int) -> Payout:
             inputs = (asked_for.pop() if asked_for else ask(tx, now))()

@@ -75,7 +75,7 @@ class Idempotency:
         answer: Answer[T],
         *,
         read_first: bool = False,
-        prepare: Callable[[Transaction, int], None] | None = None,
+        prepare: Callable[[Transaction, int], Callable[[], IdempotencyRecord | None]] | None = None,
     ) -> T:
         """``body(tx, now)`` in a write transaction, its answer kept for ``key`` in the same one; or, when
         ``key`` was used for this ``command``, the answer kept then (IdempotencyKeyReusedError when it was
@@ -88,9 +88,9 @@ class Idempotency:
         merchant's own write transaction answers a replay without waiting for other merchants, so the
         read view, a round trip more for every request, is skipped.
 
-        ``prepare(tx, now)`` runs in the write transaction just before the kept answer is looked for:
-        where it asks for reads the body needs (``inputs_later``), a store that sends several statements
-        in one query answers them with the lookup, in one round trip.
+        ``prepare(tx, now)`` runs in the write transaction in place of the kept answer's lookup: it asks
+        for the reads the body needs together with the kept answer (``PayoutRepository.inputs_later``
+        with the key: one statement) and returns how to read the kept answer.
         """
         print_ = command.fingerprint()
         if read_first and key is not None and not deps.partitioned:
@@ -100,9 +100,8 @@ class Idempotency:
                 return replay
         with deps.transaction(merchant_id) as tx:
             now = deps.clock.now()
-            if prepare is not None:
-                prepare(tx, now)
-            replay = self._replay(tx, merchant_id, key, print_, now, answer)
+            kept = None if prepare is None else prepare(tx, now)
+            replay = self._replay(tx, merchant_id, key, print_, now, answer, kept=kept)
             if replay is not None:
                 return replay
             result = body(tx, now)
@@ -110,16 +109,33 @@ class Idempotency:
             return result
 
     def _replay(
-        self, tx: Transaction, merchant_id: str, key: str | None, print_: str, now: int, answer: Answer[T]
+        self,
+        tx: Transaction,
+        merchant_id: str,
+        key: str | None,
+        print_: str,
+        now: int,
+        answer: Answer[T],
+        *,
+        kept: Callable[[], IdempotencyRecord | None] | None = None,
     ) -> T | None:
-        kept = self._lookup(tx, merchant_id, key, print_, now)
-        return None if kept is None else answer.load(tx, kept, now)
+        found = self._lookup(tx, merchant_id, key, print_, now, kept)
+        return None if found is None else answer.load(tx, found, now)
 
-    def _lookup(self, tx: Transaction, merchant_id: str, key: str | None, print_: str, now: int) -> Any:
-        """The answer kept for ``key`` (plain data), or None when there is none (or it expired)."""
+    def _lookup(
+        self,
+        tx: Transaction,
+        merchant_id: str,
+        key: str | None,
+        print_: str,
+        now: int,
+        kept: Callable[[], IdempotencyRecord | None] | None = None,
+    ) -> Any:
+        """The answer kept for ``key`` (plain data), or None when there is none (or it expired);
+        ``kept`` reads the record when it was asked for with other reads."""
         if key is None:
             return None
-        record = tx.idempotency.get(merchant_id, key)
+        record = kept() if kept is not None else tx.idempotency.get(merchant_id, key)
         if record is None or record.created_at < now - self.retention_ms:
             return None
         if record.fingerprint != print_:

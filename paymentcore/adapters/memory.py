@@ -425,7 +425,13 @@ class _Payouts(_Repository):
         )
 
     def inputs(
-        self, merchant_id: str, currency: str | None, *, day_since: int, week_since: int
+        self,
+        merchant_id: str,
+        currency: str | None,
+        *,
+        day_since: int,
+        week_since: int,
+        idempotency_key: str | None = None,
     ) -> PayoutInputs:
         limits = None if currency is None else _Limits(self._t).get(merchant_id, currency)
         day = week = None
@@ -442,12 +448,21 @@ class _Payouts(_Repository):
             day,
             week,
             None if balance is None else balance.available,
+            None if idempotency_key is None else _Idempotency(self._t).get(merchant_id, idempotency_key),
         )
 
     def inputs_later(
-        self, merchant_id: str, currency: str | None, *, day_since: int, week_since: int
+        self,
+        merchant_id: str,
+        currency: str | None,
+        *,
+        day_since: int,
+        week_since: int,
+        idempotency_key: str | None = None,
     ) -> Callable[[], PayoutInputs]:
-        found = self.inputs(merchant_id, currency, day_since=day_since, week_since=week_since)
+        found = self.inputs(
+            merchant_id, currency, day_since=day_since, week_since=week_since, idempotency_key=idempotency_key
+        )
         return lambda: found
 
     def spent(self, merchant_id: str, currency: str, since: int) -> int:

@@ -402,4 +402,12 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX collections_lanes_expiry ON collections ((coalesce(provider, '')), expires_at, reference)
         WHERE {_OPEN_COLLECTION};
     """,
+    # 14: two indexes no query needs any more, each an entry more in every payout row written (on
+    # PostgreSQL in every new version of the row: a payout's row is written five times): the partial
+    # hour of the spend reads payouts_by_merchant (its merchant's payouts of one hour), the due payouts
+    # are read from payouts_lanes (12), whose rows are the payouts the worker still has work with
+    """
+    DROP INDEX payouts_window;
+    DROP INDEX payouts_due;
+    """,
 )

@@ -657,6 +657,7 @@ def _settings(row: Sequence[Any] | None) -> Settings:
 
 _SETTINGS = "s.api_enabled, s.payouts_enabled, s.closed_currencies"
 _N_KEY, _N_MERCHANT, _N_LIMITS = len(_KEYS.columns), len(_MERCHANTS.columns), len(_LIMITS.columns)
+_N_IDEMPOTENCY = len(_IDEMPOTENCY.columns)
 
 
 def _columns(codec: Codec, alias: str) -> str:
@@ -1084,24 +1085,41 @@ class _Payouts(_Repository):
     _INPUTS = (
         f"SELECT {_SETTINGS}, {_columns(_MERCHANTS, 'm')}, {_columns(_LIMITS, 'l')},"
         f" CASE WHEN l.per_day IS NOT NULL THEN {_spent_sql('d')} END,"
-        f" CASE WHEN l.per_week IS NOT NULL THEN {_spent_sql('w')} END, b.available"
+        f" CASE WHEN l.per_week IS NOT NULL THEN {_spent_sql('w')} END, b.available,"
+        f" {_columns(_IDEMPOTENCY, 'i')}"
         " FROM (SELECT 1 AS one) AS one LEFT JOIN settings AS s ON s.id = 1"
         " LEFT JOIN merchants AS m ON m.id = :m"
         " LEFT JOIN payout_limits AS l ON l.merchant_id = :m AND l.currency = :c"
         " LEFT JOIN balances AS b ON b.merchant_id = :m AND b.currency = :c"
+        " LEFT JOIN idempotency AS i ON i.merchant_id = :m AND i.key = :k"
     )
 
     def inputs(
-        self, merchant_id: str, currency: str | None, *, day_since: int, week_since: int
+        self,
+        merchant_id: str,
+        currency: str | None,
+        *,
+        day_since: int,
+        week_since: int,
+        idempotency_key: str | None = None,
     ) -> PayoutInputs:
-        return self.inputs_later(merchant_id, currency, day_since=day_since, week_since=week_since)()
+        return self.inputs_later(
+            merchant_id, currency, day_since=day_since, week_since=week_since, idempotency_key=idempotency_key
+        )()
 
     def inputs_later(
-        self, merchant_id: str, currency: str | None, *, day_since: int, week_since: int
+        self,
+        merchant_id: str,
+        currency: str | None,
+        *,
+        day_since: int,
+        week_since: int,
+        idempotency_key: str | None = None,
     ) -> Callable[[], PayoutInputs]:
         params = {
             "m": merchant_id,
             "c": currency,
+            "k": idempotency_key,  # none: the join finds no row
             **_spent_params("d", day_since),
             **_spent_params("w", week_since),
         }
@@ -1111,7 +1129,8 @@ class _Payouts(_Repository):
     @staticmethod
     def _inputs(row: Any) -> PayoutInputs:
         merchant, limits = row[3 : 3 + _N_MERCHANT], row[3 + _N_MERCHANT : 3 + _N_MERCHANT + _N_LIMITS]
-        day, week, available = row[-3:]
+        kept = row[-_N_IDEMPOTENCY:]
+        day, week, available = row[-_N_IDEMPOTENCY - 3 : -_N_IDEMPOTENCY]
         return PayoutInputs(
             settings=_settings(row[:3]),
             merchant=None if merchant[0] is None else _MERCHANTS.decode(merchant),
@@ -1119,6 +1138,7 @@ class _Payouts(_Repository):
             spent_day=None if day is None else int(day),
             spent_week=None if week is None else int(week),
             available=None if available is None else int(available),
+            kept=None if kept[0] is None else _IDEMPOTENCY.decode(kept),
         )
 
     def page(

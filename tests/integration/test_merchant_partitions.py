@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 from test_store_contract import NOW, event, payout  # type: ignore[import-not-found, unused-ignore]
 
-from paymentcore import Config, InsufficientBalanceError, PaymentCore
+from paymentcore import Config, FakeClock, InsufficientBalanceError, PaymentCore
 from paymentcore._domain.models import PayoutStatus
 from paymentcore._services.ledger import check_invariant
 from paymentcore.adapters.postgres import PostgresStore
@@ -354,6 +354,63 @@ def test_a_whole_store_writer_holds_back_every_merchant(tmp_path: Path) -> None:
             thread.join(WAIT)
     finally:
         store.close()
+
+
+def test_the_workers_sweep_waits_for_no_busy_merchant_and_holds_back_no_other(tmp_path: Path) -> None:
+    """The worker's housekeeping (expired idempotency answers, dead leases) ran as a whole-store
+    writer: it waited for a busy merchant's unit, and every other merchant's unit queued behind it (a
+    request for the store's lock shared waits behind one waiting for it exclusively), so one merchant's
+    long unit stopped every merchant's payouts until it ended."""
+    retention_hours = 1
+    clock = FakeClock()
+    config = Config(sandbox_delay=0, idempotency_retention_hours=retention_hours)
+    core = PaymentCore.postgresql(postgres_url(tmp_path), sender=None, clock=clock, config=config)
+    try:
+        busy = core.operator.create_merchant("Busy", settlement_currency="XAF").id
+        other = core.operator.create_merchant("Other", settlement_currency="XAF").id
+        fund(core, other, "XAF", 10 * AMOUNT)
+        kept = core.disburse.create(
+            other, amount=AMOUNT, currency="XAF", phone="670000000", idempotency_key="old"
+        )
+        clock.advance(retention_hours * 3600 + 1)  # its answer has expired: the sweep deletes it
+        store = core.store
+        assert isinstance(store, PostgresStore)
+        inside, release = threading.Event(), threading.Event()
+        holder = threading.Thread(target=_hold, args=(store, busy, inside, release))
+        holder.start()
+        swept, paid = threading.Event(), threading.Event()
+        try:
+            assert inside.wait(WAIT)
+
+            def sweep() -> None:
+                core.tick()  # the first round sweeps
+                swept.set()
+
+            sweeping = threading.Thread(target=sweep)
+            sweeping.start()
+            assert swept.wait(WAIT), "the sweep waited for the busy merchant's unit"
+
+            def pay() -> None:
+                core.disburse.create(
+                    other, amount=AMOUNT, currency="XAF", phone="670000000", idempotency_key="new"
+                )
+                paid.set()
+
+            paying = threading.Thread(target=pay)
+            paying.start()
+            assert paid.wait(WAIT), "another merchant's payout waited for the busy merchant"
+            assert holder.is_alive() and not release.is_set()  # the busy merchant's unit is still open
+        finally:
+            release.set()
+            holder.join(WAIT)
+        sweeping.join(WAIT)
+        paying.join(WAIT)
+        with store.read() as tx:
+            assert tx.idempotency.get(other, "old") is None  # swept
+            assert tx.idempotency.get(other, "new") is not None
+        assert core.disburse.get(other, kept.reference).reference == kept.reference
+    finally:
+        core.close()
 
 
 def test_payouts_of_two_merchants_in_one_currency_and_hour_do_not_wait_for_each_other(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from test_store_contract import NOW, api_key, merchant, payout  # type: ignore[import-not-found, unused-ignore]
 
-from paymentcore._domain.models import PayoutLimits, PayoutStatus, Settings
+from paymentcore._domain.models import IdempotencyRecord, PayoutLimits, PayoutStatus, Settings
 from paymentcore.adapters.postgres import PostgresStore
 from paymentcore.adapters.sqlite import SqliteStore
 from paymentcore.ports import KeyLookup, PayoutInputs, Store, UnitOfWork
@@ -80,6 +80,35 @@ def test_a_payouts_inputs_are_read_together_and_spends_only_for_windows_with_a_l
         assert found.available == tx.ledger.balance("mer_1", "XAF").available == 750
         assert tx.payouts.inputs("mer_1", "XOF", day_since=day_since, week_since=week_since).available == 5
         assert tx.payouts.inputs("mer_2", "XAF", day_since=day_since, week_since=week_since).available is None
+
+
+def test_a_payouts_inputs_carry_the_answer_kept_for_its_idempotency_key(store: Store) -> None:
+    """The key's kept answer is read with the inputs (one statement, not two), for that merchant and key
+    only; the inputs are the same with or without it."""
+    kept = IdempotencyRecord("mer_1", "order-7", "print-7", NOW, 201, '{"reference": "PO-7"}')
+    with store.transaction() as tx:
+        tx.merchants.put(merchant())
+        tx.ledger.move("mer_1", "XAF", available=500, credited=500)
+        tx.idempotency.put(kept)
+        tx.idempotency.put(attrs.evolve(kept, merchant_id="mer_2", key="order-8"))
+    day_since, week_since = NOW - DAY, NOW - 7 * DAY
+    with store.read() as tx:
+        plain = tx.payouts.inputs("mer_1", "XAF", day_since=day_since, week_since=week_since)
+        assert plain.kept is None
+        found = tx.payouts.inputs(
+            "mer_1", "XAF", day_since=day_since, week_since=week_since, idempotency_key="order-7"
+        )
+        assert found == attrs.evolve(plain, kept=kept)
+        assert found.kept == tx.idempotency.get("mer_1", "order-7")
+        for merchant_id, key in [("mer_1", "order-8"), ("mer_2", "order-7"), ("mer_1", "order-")]:
+            later = tx.payouts.inputs_later(
+                merchant_id, "XAF", day_since=day_since, week_since=week_since, idempotency_key=key
+            )
+            assert later().kept is None, (merchant_id, key)
+        no_currency = tx.payouts.inputs(
+            "mer_1", None, day_since=day_since, week_since=week_since, idempotency_key="order-7"
+        )
+        assert no_currency.kept == kept and no_currency.available is None
 
 
 def test_a_keys_rate_windows_are_read_together(store: Store) -> None:

@@ -51,6 +51,7 @@ class MoneyMachine(RuleBasedStateMachine):
         self.collections: list[str] = []
         self.payouts: list[str] = []
         self.keys: dict[str, tuple[int, str]] = {}  # idempotency key -> (amount, phone) it was used with
+        self.key_used_at: dict[str, int] = {}  # idempotency key -> when its answer was kept (ms)
         self.counter = 0
 
     @initialize()
@@ -105,6 +106,9 @@ class MoneyMachine(RuleBasedStateMachine):
         if replay and self.keys:
             key = next(iter(self.keys))
         asked = (amount, phone)
+        retention_ms = self.core.config.idempotency_retention_hours * 3_600_000
+        if key in self.keys and self.key_used_at[key] < self.clock.now() - retention_ms:
+            del self.keys[key]  # its answer is no longer kept: the key is new again (CONTRACT §5)
         try:
             payout = self.core.disburse.create(
                 self.merchant_id, amount=amount, currency="XAF", phone=phone, idempotency_key=key
@@ -119,6 +123,7 @@ class MoneyMachine(RuleBasedStateMachine):
             assert self.keys[key] == asked and reference in self.payouts  # a replay moves nothing
             return
         self.keys[key] = asked
+        self.key_used_at[key] = self.clock.now()
         self.payouts.append(reference)
         if phone.endswith("21"):
             self.network.refuse(reference)
