@@ -693,7 +693,7 @@ class Disburse:
         """
         deps = self._deps
         actor = audit.check_actor(actor)
-        with deps.transaction() as tx:
+        with deps.transaction(self._merchant_of(reference)) as tx:
             payout = self._require(tx, reference)
             released = payout.release_from_review(deps.clock.now())
             tx.payouts.update(released)
@@ -705,7 +705,7 @@ class Disburse:
         """Review decline: REJECTED, the reservation released, event disburse.failed (audited)."""
         deps = self._deps
         actor = audit.check_actor(actor)
-        with deps.transaction() as tx:
+        with deps.transaction(self._merchant_of(reference)) as tx:
             payout = self._require(tx, reference)
             now = deps.clock.now()
             rejected = payout.reject(now)
@@ -727,7 +727,7 @@ class Disburse:
         if refused is not None:
             raise InvalidTransitionError(refused)
         moved = deps.network.money_moved(_request_of(payout))
-        with deps.transaction() as tx:
+        with deps.transaction(payout.merchant_id) as tx:
             current = self._require(tx, reference)
             if current.resolution is not None or current.status is not payout.status:
                 raise InvalidTransitionError(f"Payout {reference} changed meanwhile; nothing was done.")
@@ -746,6 +746,14 @@ class Disburse:
             self._after_final(tx, current, resolved, now)
             self._audit(tx, actor, "payout.resolve", current, resolved)
             return self._public(resolved)
+
+    def _merchant_of(self, reference: str) -> str | None:
+        """The merchant of payout ``reference`` (None: no such payout), read before an operator's action
+        on it so that the action's unit takes only that merchant's lock (a payout never changes
+        merchant); the unit reads the payout again under the lock."""
+        with self._deps.glance() as view:
+            payout = view.payouts.get(reference)
+        return None if payout is None else payout.merchant_id
 
     def _audit(
         self, tx: Transaction, actor: str, action: str, before: models.Payout, after: models.Payout
@@ -767,8 +775,9 @@ class Disburse:
         return self._runner.run_due(limit)
 
     def advance(self, reference: str) -> None:
-        """Dispatch a due PENDING payout, or ask the network about a SENT one."""
-        self._runner.run_one(reference)
+        """Dispatch a due PENDING payout, or ask the network about a SENT one (its units take only its
+        merchant's lock)."""
+        self._runner.run_one(reference, merchant_id=self._merchant_of(reference))
 
     def due(self, tx: Transaction, now: int, limit: int) -> builtins.list[Due]:
         # the store lists a round over the merchants with work (_queries.payouts_in_due_order), so the

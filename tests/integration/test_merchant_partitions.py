@@ -10,6 +10,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from decimal import Decimal
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier as ProcessBarrier
 from pathlib import Path
@@ -409,6 +410,57 @@ def test_the_workers_sweep_waits_for_no_busy_merchant_and_holds_back_no_other(tm
             assert tx.idempotency.get(other, "old") is None  # swept
             assert tx.idempotency.get(other, "new") is not None
         assert core.disburse.get(other, kept.reference).reference == kept.reference
+    finally:
+        core.close()
+
+
+def test_review_actions_on_one_merchants_payouts_wait_for_no_other_merchant(tmp_path: Path) -> None:
+    """An operator's release, rejection and resolution of a payout take only that payout's merchant's
+    lock: a busy merchant's long unit holds none of them back (they were whole-store writers)."""
+    core = PaymentCore.postgresql(postgres_url(tmp_path), sender=None, config=Config(sandbox_delay=0))
+    try:
+        busy = core.operator.create_merchant("Busy", settlement_currency="XAF").id
+        other = core.operator.create_merchant("Other", settlement_currency="XAF").id
+        fund(core, other, "XAF", 10 * AMOUNT)
+        core.operator.set_limits(other, "XAF", review_threshold=Decimal(AMOUNT - 1))
+        held = [
+            core.disburse.create(other, amount=AMOUNT, currency="XAF", phone="670000000", idempotency_key=k)
+            for k in ("to-release", "to-reject")
+        ]
+        failing = core.disburse.create(
+            other, amount=100, currency="XAF", phone="670000021", idempotency_key="refused"
+        )  # under the threshold: sent, and refused by the sandbox
+        core.run_until_idle()
+        assert core.disburse.find(failing.reference).status is PayoutStatus.FAILED
+        store = core.store
+        assert isinstance(store, PostgresStore)
+        inside, release = threading.Event(), threading.Event()
+        holder = threading.Thread(target=_hold, args=(store, busy, inside, release))
+        holder.start()
+        done: list[str] = []
+        acted = threading.Event()
+        try:
+            assert inside.wait(WAIT)
+
+            def act() -> None:
+                done.append(core.disburse.release(held[0].reference, actor="op_1").status.value)
+                done.append(core.disburse.reject(held[1].reference, actor="op_1").status.value)
+                done.append(core.disburse.resolve(failing.reference, actor="op_1").status.value)
+                acted.set()
+
+            acting = threading.Thread(target=act)
+            acting.start()
+            assert acted.wait(WAIT), f"a review action waited for the busy merchant ({done} done)"
+            assert holder.is_alive() and not release.is_set()
+        finally:
+            release.set()
+            holder.join(WAIT)
+        acting.join(WAIT)
+        assert done[1:] == ["REJECTED", "FAILED"] and done[0] in ("SENT", "PAID")
+        with core.store.read() as tx:
+            balance = check_invariant(tx, other, "XAF")
+        assert balance.reserved + balance.paid_out == AMOUNT  # the released one only
+        assert balance.available == 10 * AMOUNT - AMOUNT
     finally:
         core.close()
 
