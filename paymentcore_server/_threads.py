@@ -1,10 +1,12 @@
 """The request threads, handed out to merchants in turns.
 
 A request that needs a thread (every request on a database server; a POST's write on SQLite) asks
-:class:`FairThreads` for one in its merchant's lane. While threads are free and the lane is under its
-share, the request runs at once; otherwise it waits on the event loop, holding no thread, and each
-thread that comes free goes to the next lane in turn that has a request waiting and room: a merchant
-with a hundred requests queued is served one at a time beside a merchant with one.
+:class:`FairThreads` for one in its merchant's lane. A lane under its share takes any free thread; a
+lane at or past its share takes one only while more than ``reserve`` threads are free, so a merchant
+alone can use most of the threads and a merchant arriving beside it always finds one. A request that
+has no room waits on the event loop, holding no thread, and each thread that comes free goes to the
+next lane in turn that has a request waiting and room: a merchant with a hundred requests queued is
+served one at a time beside a merchant with one.
 
 On PostgreSQL a merchant's payouts wait for that merchant's lock; without a share per lane, a merchant
 sending many at once filled every thread (and pooled connection) with requests waiting for its own
@@ -37,14 +39,19 @@ class _Share:
 
 
 class FairThreads:
-    """``threads`` requests at once on ``executor``, at most ``per_lane`` of one lane."""
+    """``threads`` requests at once on ``executor``: ``per_lane`` of one lane whenever threads are
+    free, more of it only while more than ``reserve`` threads stay free for the other lanes."""
 
-    def __init__(self, executor: Executor, threads: int, *, per_lane: int) -> None:
+    def __init__(
+        self, executor: Executor, threads: int, *, per_lane: int, reserve: int | None = None
+    ) -> None:
         if threads < 1 or per_lane < 1:
             raise ValueError("threads and per_lane must be at least 1")
         self._executor = executor
         self._threads = threads
         self._per_lane = min(per_lane, threads)
+        # past its share, a lane leaves this many threads free (its share, unless told otherwise)
+        self._reserve = self._per_lane if reserve is None else max(0, reserve)
         self._shares: dict[asyncio.AbstractEventLoop, _Share] = {}
 
     def waiting(self) -> int:
@@ -57,7 +64,7 @@ class FairThreads:
         share = self._shares.get(loop)
         if share is None:
             share = self._shares[loop] = _Share()
-        if share.busy < self._threads and share.running.get(lane, 0) < self._per_lane:
+        if self._room(share, lane):
             self._take(share, lane)
         else:
             turn: asyncio.Future[None] = loop.create_future()
@@ -74,6 +81,11 @@ class FairThreads:
         future.add_done_callback(lambda done: self._finished(loop, share, lane, done))
         # shielded: a request cancelled meanwhile leaves its thread counted until the work ends
         return await asyncio.shield(future)
+
+    def _room(self, share: _Share, lane: str) -> bool:
+        """Whether ``lane`` may take a thread now."""
+        free = self._threads - share.busy
+        return free > 0 and (share.running.get(lane, 0) < self._per_lane or free > self._reserve)
 
     @staticmethod
     def _take(share: _Share, lane: str) -> None:
@@ -108,9 +120,9 @@ class FairThreads:
         if lane in share.waiting:
             share.waiting.move_to_end(lane)  # the lane that just had a thread comes last in this turn
         while share.busy < self._threads:
-            name = next((n for n in share.waiting if share.running.get(n, 0) < self._per_lane), None)
+            name = next((n for n in share.waiting if self._room(share, n)), None)
             if name is None:
-                break  # nobody waits, or every lane waiting has its share running
+                break  # nobody waits, or no lane waiting has room (the reserve stays free)
             queue = share.waiting[name]
             turn = queue.popleft()
             if queue:

@@ -115,9 +115,12 @@ MAX_IDEMPOTENCY_KEY = MAX_IDEMPOTENCY_KEY_LENGTH
 UNAUTHORIZED_MESSAGE = "A valid API key is required: send Authorization: Bearer <API_KEY>."
 CACHE_HOUR = "public, max-age=3600"
 REQUEST_THREADS = 40  # requests served at once, as many as Starlette's default thread pool
-#: on a database server, the threads one merchant's requests may hold at once (the rest wait their
-#: turn on the event loop): its payouts wait for its lock, and would otherwise hold every thread
+#: on a database server, the threads one merchant's requests may hold whenever threads are free (the
+#: rest wait their turn on the event loop): its payouts wait for its lock, and would otherwise hold
+#: every thread and pooled connection
 REQUEST_THREADS_PER_MERCHANT = 8
+#: connections of the pool no merchant's requests take past its share: for the worker and the others
+CONNECTIONS_KEPT = 4
 _LANES_KNOWN = 4096  # API keys whose merchant the hand-out remembers (then it starts afresh)
 HEALTH_TIMEOUT = 0.8  # seconds: /healthz answers 503 rather than wait longer for the database
 log = logging.getLogger("paymentcore.server")
@@ -289,6 +292,19 @@ class _Endpoint:
         await self.api.serve(self, scope, receive, send)
 
 
+def _shares(core: PaymentCore) -> dict[str, int]:
+    """The hand-out's share of a merchant and the threads kept free past it, for ``core``'s store.
+
+    On a database server a merchant gets 8 threads whenever threads are free, and alone up to its
+    pool's connections but :data:`CONNECTIONS_KEPT` (16 of the default 20): more threads than
+    connections would only queue, first come first served, for the pool."""
+    if isinstance(core.store, SqliteStore | MemoryStore):
+        return {"per_lane": REQUEST_THREADS, "reserve": 0}
+    pool = getattr(core.store, "pool_size", REQUEST_THREADS)
+    alone = min(REQUEST_THREADS, max(REQUEST_THREADS_PER_MERCHANT, pool - CONNECTIONS_KEPT))
+    return {"per_lane": REQUEST_THREADS_PER_MERCHANT, "reserve": REQUEST_THREADS - alone}
+
+
 class Api:
     """The routes, bound to one core. Authentication, rate limiting, parsing and the service call run
     in that order. On a database server all of it runs on a worker thread (one hop). On a local store
@@ -305,10 +321,9 @@ class Api:
         self._requests = ThreadPoolExecutor(REQUEST_THREADS, thread_name_prefix="paymentcore-request")
         self._local_reads = isinstance(core.store, SqliteStore | MemoryStore)
         # handed out by merchant in turns; a merchant's share is capped where its requests can wait
-        # for its lock while holding a thread (a database server), not where they all wait for the
-        # one writer and its batch (SQLite, memory)
-        share = REQUEST_THREADS if self._local_reads else REQUEST_THREADS_PER_MERCHANT
-        self._threads = FairThreads(self._requests, REQUEST_THREADS, per_lane=share)
+        # for its lock while holding a thread and a connection (a database server), not where they
+        # all wait for the one writer and its batch (SQLite, memory)
+        self._threads = FairThreads(self._requests, REQUEST_THREADS, **_shares(core))
         self._lane_of: dict[int, str] = {}  # hash of an Authorization header -> its merchant
         # a POST is admitted on the loop only where its count cannot wait for a writer of the store
         # (the memory store is its own rate book, whose lock a bulk payout holds for a while)

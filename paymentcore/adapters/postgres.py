@@ -700,6 +700,7 @@ class PostgresStore:
         if pool_size < 1:
             raise ValueError("pool_size must be at least 1")
         self.url = url
+        self.pool_size = pool_size
         try:  # one connection first: a wrong URL, a refused login or a server that is down fail at once
             with psycopg.connect(url, autocommit=True, connect_timeout=max(1, int(timeout))) as conn:
                 row = conn.execute("SELECT current_database(), current_schema()").fetchone()

@@ -73,6 +73,34 @@ def test_a_lane_past_its_share_waits_while_another_lane_runs(executor: ThreadPoo
     asyncio.run(scenario())
 
 
+def test_a_lane_alone_uses_the_threads_past_its_share_but_the_reserve() -> None:
+    pool = ThreadPoolExecutor(4)
+
+    async def scenario() -> None:
+        fair, works = FairThreads(pool, 4, per_lane=1, reserve=1), Works()
+        runs = [asyncio.ensure_future(fair.run("A", works.item(f"a{n}"))) for n in range(1, 5)]
+        await until(lambda: len(works.started) == 3)  # three of four: one thread stays free
+        await asyncio.sleep(0.05)
+        assert works.started == ["a1", "a2", "a3"] and fair.waiting() == 1
+        b1 = asyncio.ensure_future(fair.run("B", works.item("b1")))
+        await until(lambda: works.started == ["a1", "a2", "a3", "b1"])  # B at once, on the reserve
+        works.open("a1")
+        await runs[0]
+        await asyncio.sleep(0.05)  # a1's thread is the reserve again (B holds the last): a4 waits
+        assert works.started == ["a1", "a2", "a3", "b1"] and fair.waiting() == 1
+        works.open("b1")
+        assert await b1 == "b1"
+        await until(lambda: works.started == ["a1", "a2", "a3", "b1", "a4"])
+        for name in ("a2", "a3", "a4"):
+            works.open(name)
+        assert [await run for run in runs] == ["a1", "a2", "a3", "a4"]
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        pool.shutdown(wait=True)
+
+
 def test_a_freed_thread_goes_to_the_lanes_in_turn(executor: ThreadPoolExecutor) -> None:
     async def scenario() -> None:
         fair, works = FairThreads(executor, 1, per_lane=1), Works()
@@ -128,3 +156,25 @@ def test_threads_and_share_are_at_least_one(executor: ThreadPoolExecutor) -> Non
     for threads, per_lane in ((0, 1), (1, 0)):
         with pytest.raises(ValueError, match="at least 1"):
             FairThreads(executor, threads, per_lane=per_lane)
+
+
+def test_a_merchant_alone_on_a_database_server_takes_its_pool_but_the_kept_connections() -> None:
+    from types import SimpleNamespace
+    from typing import cast
+
+    from paymentcore import PaymentCore
+    from paymentcore_server.app import REQUEST_THREADS, _shares
+
+    def alone(pool: int) -> int:
+        shares = _shares(cast(PaymentCore, SimpleNamespace(store=SimpleNamespace(pool_size=pool))))
+        assert shares["per_lane"] == 8
+        return REQUEST_THREADS - shares["reserve"]
+
+    assert alone(20) == 16  # the default pool: four connections kept for the worker and the others
+    assert alone(5) == 8  # a small pool: still the share
+    assert alone(100) == REQUEST_THREADS
+    memory = PaymentCore.memory()
+    try:  # the local stores: no share, every request waits for the one writer anyway
+        assert _shares(memory) == {"per_lane": REQUEST_THREADS, "reserve": 0}
+    finally:
+        memory.close()
