@@ -444,7 +444,9 @@ class Collect:
             country_rec = cat.countries[chosen.country]
             local, chosen = cat.resolve_mobile(country=country_rec, phone=phone, provider=chosen)
             country = country_rec.code
-        with deps.store.transaction() as tx:
+        # the collection's merchant's unit (a collection never changes merchant): the count of prompts to
+        # the number spans merchants, and holds the number's own lock (CollectionRepository.prompts_since)
+        with deps.transaction(view.merchant.id) as tx:
             now = deps.clock.now()
             collection = tx.collections.get(reference)
             if collection is None or not is_payable(collection, now):

@@ -219,7 +219,7 @@ class Webhooks:
     def reactivate(self, merchant_id: str, *, actor: str = DEFAULT_ACTOR) -> WebhookEndpoint:
         """Operator action: clear auto-disable, keep the secret. ``actor`` is who does it (audited)."""
         actor = audit.check_actor(actor)
-        with self._deps.store.transaction() as tx:
+        with self._deps.transaction(merchant_id) as tx:  # the merchant's unit: no other merchant waits
             before = tx.webhooks.get(merchant_id)
             if before is None:
                 raise NotFoundError("No webhook endpoint is registered for this merchant.", param="merchant")

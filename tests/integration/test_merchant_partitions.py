@@ -23,7 +23,7 @@ from paymentcore import Config, FakeClock, InsufficientBalanceError, PaymentCore
 from paymentcore._domain.models import PayoutStatus
 from paymentcore._services.ledger import check_invariant
 from paymentcore.adapters.postgres import PostgresStore
-from paymentcore.testing import fund
+from paymentcore.testing import fund, public_resolver
 
 from conftest import postgres_url  # type: ignore[import-not-found, unused-ignore]
 
@@ -415,9 +415,12 @@ def test_the_workers_sweep_waits_for_no_busy_merchant_and_holds_back_no_other(tm
 
 
 def test_review_actions_on_one_merchants_payouts_wait_for_no_other_merchant(tmp_path: Path) -> None:
-    """An operator's release, rejection and resolution of a payout take only that payout's merchant's
-    lock: a busy merchant's long unit holds none of them back (they were whole-store writers)."""
-    core = PaymentCore.postgresql(postgres_url(tmp_path), sender=None, config=Config(sandbox_delay=0))
+    """An operator's release, rejection and resolution of a payout, the reactivation of a merchant's
+    webhook endpoint and a payer's choice on the hosted page take only that merchant's lock: a busy
+    merchant's long unit holds none of them back (they were whole-store writers)."""
+    core = PaymentCore.postgresql(
+        postgres_url(tmp_path), sender=None, resolver=public_resolver, config=Config(sandbox_delay=0)
+    )
     try:
         busy = core.operator.create_merchant("Busy", settlement_currency="XAF").id
         other = core.operator.create_merchant("Other", settlement_currency="XAF").id
@@ -432,6 +435,8 @@ def test_review_actions_on_one_merchants_payouts_wait_for_no_other_merchant(tmp_
         )  # under the threshold: sent, and refused by the sandbox
         core.run_until_idle()
         assert core.disburse.find(failing.reference).status is PayoutStatus.FAILED
+        core.webhooks.register(other, url="https://shop.example/hooks")
+        checkout = core.collect.checkout(other, amount=500, currency="XAF", idempotency_key="checkout")
         store = core.store
         assert isinstance(store, PostgresStore)
         inside, release = threading.Event(), threading.Event()
@@ -446,6 +451,8 @@ def test_review_actions_on_one_merchants_payouts_wait_for_no_other_merchant(tmp_
                 done.append(core.disburse.release(held[0].reference, actor="op_1").status.value)
                 done.append(core.disburse.reject(held[1].reference, actor="op_1").status.value)
                 done.append(core.disburse.resolve(failing.reference, actor="op_1").status.value)
+                done.append(core.collect.pay(checkout.reference, "mtn_cm", "670000000").status.value)
+                done.append(str(core.webhooks.reactivate(other, actor="op_1").is_active))
                 acted.set()
 
             acting = threading.Thread(target=act)
@@ -456,7 +463,7 @@ def test_review_actions_on_one_merchants_payouts_wait_for_no_other_merchant(tmp_
             release.set()
             holder.join(WAIT)
         acting.join(WAIT)
-        assert done[1:] == ["REJECTED", "FAILED"] and done[0] in ("SENT", "PAID")
+        assert done[1:] == ["REJECTED", "FAILED", "PENDING", "True"] and done[0] in ("SENT", "PAID")
         with core.store.read() as tx:
             balance = check_invariant(tx, other, "XAF")
         assert balance.reserved + balance.paid_out == AMOUNT  # the released one only
