@@ -70,8 +70,8 @@ class Deps:
         whose claims can pass over the items others hold (``ports.SkippingStore``), a write transaction
         that takes no merchant's partition and skips the rows another unit holds; elsewhere
         :meth:`transaction` on those merchants."""
-        if self.partitioned and merchants and hasattr(self.store, "transaction_for_claims"):
-            skipping: SkippingStore = self.store  # type: ignore[assignment]
+        skipping = self._skipping()
+        if skipping is not None and merchants:
             with self._telling(skipping.transaction_for_claims()) as tx:
                 yield tx
             return
@@ -86,10 +86,15 @@ class Deps:
         own); elsewhere ``store.transaction()``. With the whole store's lock taken exclusively, a sweep
         waited for every merchant's unit in flight, and every merchant's next unit queued behind the
         sweep: one merchant's long unit stopped every merchant's writes."""
+        skipping = self._skipping()
+        return self.store.transaction() if skipping is None else skipping.transaction_for_claims()
+
+    def _skipping(self) -> SkippingStore | None:
+        """The store, when it is partitioned by merchant and its claims' unit takes no partition."""
         if self.partitioned and hasattr(self.store, "transaction_for_claims"):
             skipping: SkippingStore = self.store  # type: ignore[assignment]
-            return skipping.transaction_for_claims()
-        return self.store.transaction()
+            return skipping
+        return None
 
     def glance(self) -> AbstractContextManager[Transaction]:
         """A read of independent facts: ``store.glance()`` on a store that offers it

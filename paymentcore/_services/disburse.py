@@ -14,7 +14,6 @@ posts or releases it, and every later attempt is refused.
 from __future__ import annotations
 
 import builtins
-import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
@@ -205,22 +204,19 @@ class Disburse:
         except PaymentError as error:
             checked, refused = None, error
         code = None if checked is None else checked.currency.code
-        asked_for: list[Callable[[], PayoutInputs]] = []  # by prepare, in the body's own transaction
+        read: list[PayoutInputs] = []  # by prepare, in the body's own transaction
 
-        def ask(tx: Transaction, now: int) -> Callable[[], PayoutInputs]:
+        def read_inputs(tx: Transaction, now: int) -> PayoutInputs:
             """Everything the checks read, and the key's kept answer, in one statement."""
             day, week = now - DAY_MS, now - WEEK_MS
-            return tx.payouts.inputs_later(
-                merchant_id, code, day_since=day, week_since=week, idempotency_key=key
-            )
+            return tx.payouts.inputs(merchant_id, code, day_since=day, week_since=week, idempotency_key=key)
 
-        def prepare(tx: Transaction, now: int) -> Callable[[], IdempotencyRecord | None]:
-            inputs = functools.cache(ask(tx, now))  # read once, by the lookup then by the body
-            asked_for.append(inputs)
-            return lambda: inputs().kept
+        def prepare(tx: Transaction, now: int) -> IdempotencyRecord | None:
+            read.append(read_inputs(tx, now))
+            return read[-1].kept
 
         def body(tx: Transaction, now: int) -> Payout:
-            inputs = (asked_for.pop() if asked_for else ask(tx, now))()
+            inputs = read.pop() if read else read_inputs(tx, now)
             if not inputs.settings.payouts_enabled:  # before any other check, as the API documents
                 raise CapabilityDisabledError(BlockedBy.PLATFORM.message(""))
             if refused is not None:
@@ -693,19 +689,20 @@ class Disburse:
         """
         deps = self._deps
         actor = audit.check_actor(actor)
-        with deps.transaction(self._merchant_of(reference)) as tx:
+        merchant_id = self.find(reference).merchant_id  # its unit takes only this merchant's lock
+        with deps.transaction(merchant_id) as tx:
             payout = self._require(tx, reference)
             released = payout.release_from_review(deps.clock.now())
             tx.payouts.update(released)
             self._audit(tx, actor, "payout.release", payout, released)
-        self.advance(reference)
+        self._runner.run_one(reference, merchant_id=merchant_id)
         return self._public(self.find(reference))
 
     def reject(self, reference: str, *, actor: str = DEFAULT_ACTOR) -> Payout:
         """Review decline: REJECTED, the reservation released, event disburse.failed (audited)."""
         deps = self._deps
         actor = audit.check_actor(actor)
-        with deps.transaction(self._merchant_of(reference)) as tx:
+        with deps.transaction(self.find(reference).merchant_id) as tx:  # only this merchant's lock
             payout = self._require(tx, reference)
             now = deps.clock.now()
             rejected = payout.reject(now)
@@ -747,14 +744,6 @@ class Disburse:
             self._audit(tx, actor, "payout.resolve", current, resolved)
             return self._public(resolved)
 
-    def _merchant_of(self, reference: str) -> str | None:
-        """The merchant of payout ``reference`` (None: no such payout), read before an operator's action
-        on it so that the action's unit takes only that merchant's lock (a payout never changes
-        merchant); the unit reads the payout again under the lock."""
-        with self._deps.glance() as view:
-            payout = view.payouts.get(reference)
-        return None if payout is None else payout.merchant_id
-
     def _audit(
         self, tx: Transaction, actor: str, action: str, before: models.Payout, after: models.Payout
     ) -> None:
@@ -776,8 +765,12 @@ class Disburse:
 
     def advance(self, reference: str) -> None:
         """Dispatch a due PENDING payout, or ask the network about a SENT one (its units take only its
-        merchant's lock)."""
-        self._runner.run_one(reference, merchant_id=self._merchant_of(reference))
+        merchant's lock; a payout never changes merchant); no such payout, nothing to do."""
+        try:
+            merchant_id = self.find(reference).merchant_id
+        except NotFoundError:
+            return
+        self._runner.run_one(reference, merchant_id=merchant_id)
 
     def due(self, tx: Transaction, now: int, limit: int) -> builtins.list[Due]:
         # the store lists a round over the merchants with work (_queries.payouts_in_due_order), so the

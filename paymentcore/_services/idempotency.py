@@ -75,7 +75,7 @@ class Idempotency:
         answer: Answer[T],
         *,
         read_first: bool = False,
-        prepare: Callable[[Transaction, int], Callable[[], IdempotencyRecord | None]] | None = None,
+        prepare: Callable[[Transaction, int], IdempotencyRecord | None] | None = None,
     ) -> T:
         """``body(tx, now)`` in a write transaction, its answer kept for ``key`` in the same one; or, when
         ``key`` was used for this ``command``, the answer kept then (IdempotencyKeyReusedError when it was
@@ -88,20 +88,24 @@ class Idempotency:
         merchant's own write transaction answers a replay without waiting for other merchants, so the
         read view, a round trip more for every request, is skipped.
 
-        ``prepare(tx, now)`` runs in the write transaction in place of the kept answer's lookup: it asks
-        for the reads the body needs together with the kept answer (``PayoutRepository.inputs_later``
-        with the key: one statement) and returns how to read the kept answer.
+        ``prepare(tx, now)`` runs in the write transaction in place of the kept answer's lookup: it makes
+        the reads the body needs together with the kept answer (``PayoutRepository.inputs`` with the
+        key: one statement) and returns the kept record.
         """
         print_ = command.fingerprint()
         if read_first and key is not None and not deps.partitioned:
             with deps.glance() as view:
-                replay = self._replay(view, merchant_id, key, print_, deps.clock.now(), answer)
+                kept = view.idempotency.get(merchant_id, key)
+                replay = self._replay(view, kept, print_, deps.clock.now(), answer)
             if replay is not None:  # the original answer, whatever changed since
                 return replay
         with deps.transaction(merchant_id) as tx:
             now = deps.clock.now()
-            kept = None if prepare is None else prepare(tx, now)
-            replay = self._replay(tx, merchant_id, key, print_, now, answer, kept=kept)
+            if prepare is not None:  # the record asked for with the body's reads
+                kept = prepare(tx, now)
+            else:
+                kept = None if key is None else tx.idempotency.get(merchant_id, key)
+            replay = self._replay(tx, kept, print_, now, answer)
             if replay is not None:
                 return replay
             result = body(tx, now)
@@ -109,33 +113,13 @@ class Idempotency:
             return result
 
     def _replay(
-        self,
-        tx: Transaction,
-        merchant_id: str,
-        key: str | None,
-        print_: str,
-        now: int,
-        answer: Answer[T],
-        *,
-        kept: Callable[[], IdempotencyRecord | None] | None = None,
+        self, tx: Transaction, kept: IdempotencyRecord | None, print_: str, now: int, answer: Answer[T]
     ) -> T | None:
-        found = self._lookup(tx, merchant_id, key, print_, now, kept)
+        found = self._lookup(kept, print_, now)
         return None if found is None else answer.load(tx, found, now)
 
-    def _lookup(
-        self,
-        tx: Transaction,
-        merchant_id: str,
-        key: str | None,
-        print_: str,
-        now: int,
-        kept: Callable[[], IdempotencyRecord | None] | None = None,
-    ) -> Any:
-        """The answer kept for ``key`` (plain data), or None when there is none (or it expired);
-        ``kept`` reads the record when it was asked for with other reads."""
-        if key is None:
-            return None
-        record = kept() if kept is not None else tx.idempotency.get(merchant_id, key)
+    def _lookup(self, record: IdempotencyRecord | None, print_: str, now: int) -> Any:
+        """The answer ``record`` keeps (plain data), or None when there is none (or it expired)."""
         if record is None or record.created_at < now - self.retention_ms:
             return None
         if record.fingerprint != print_:
