@@ -270,6 +270,13 @@ PREPARE_AT_USE = 2
 #: connection's life), and counts the uses of at most this many not prepared (then starts again)
 MAX_PREPARED = 200
 MAX_COUNTED = 1000
+#: a lookup by a list of keys (``key IN (%s, %s, ...)``, a batch's rows) is never prepared: PostgreSQL
+#: keeps the generic plan of a prepared statement, chosen once from the table's size then, for the
+#: connection's life, and on a table still small (a new database's first minute, before any ANALYZE)
+#: that plan is a sequential scan that compares every row with every key, still used when the table
+#: holds thousands of rows (1.5-2 ms a batch of 16 events against 0.1 ms by the index); sent as text,
+#: it is planned for the table as it is, once a batch (``docs/decisions.md``)
+_KEY_LIST = re.compile(r"\bIN \((?:%s, )+%s\)")
 #: a literal %, a positional value, a named value (psycopg's placeholders; one statement uses one kind)
 _PLACEHOLDER = re.compile(r"%%|%s|%\((\w+)\)s")
 #: what PostgreSQL answers to an EXECUTE whose statement is gone (DEALLOCATE, DISCARD) or whose plan a
@@ -378,6 +385,7 @@ class _Prepared:
             len(self.calls) + len(self.waiting) < MAX_PREPARED
             and sql not in self.refused
             and sql.startswith(_PREPARABLE)
+            and _KEY_LIST.search(sql) is None
         ):
             if len(self.uses) >= MAX_COUNTED:  # many statements sent once each: count afresh
                 self.uses.clear()

@@ -239,6 +239,34 @@ def test_on_postgresql_a_statement_sent_again_is_prepared_and_one_it_cannot_prep
         one.close()
 
 
+def test_on_postgresql_a_lookup_by_a_list_of_keys_is_planned_afresh_not_prepared(store: Store) -> None:
+    """A batch's read of rows by a list of keys is sent as text each time, so PostgreSQL plans it for
+    the table as it is (a prepared statement keeps the plan chosen while the table was small: a
+    sequential scan, still used at thousands of rows); the same lookup of one key is prepared. Both
+    answer the same rows."""
+    if not isinstance(store, PostgresStore):
+        pytest.skip("statements are prepared on PostgreSQL's connections only")
+    with store.transaction() as tx:
+        tx.merchants.put(merchant())
+        for n in range(3):
+            tx.payouts.add(payout(f"PO-{n}", amount=100 + n, status=PayoutStatus.PENDING, created_at=NOW))
+    one = PostgresStore(store.url, pool_size=1, migrate=False)  # every unit on the same connection
+    try:
+        for _ in range(3):
+            with one.transaction() as tx:
+                found = tx.payouts.get_many(["PO-2", "PO-0", "PO-1"])
+                assert sorted(p.amount for p in found.values()) == [100, 101, 102]
+            with one.transaction() as tx:
+                alone = tx.payouts.get_many(["PO-1"])
+                assert [p.amount for p in alone.values()] == [101]
+        with one.glance() as tx:
+            prepared = _prepared_on(tx.rows.conn)
+        assert any("FROM payouts WHERE reference IN ($1)" in text for text in prepared), prepared
+        assert not any("FROM payouts WHERE reference IN ($1, $2" in text for text in prepared), prepared
+    finally:
+        one.close()
+
+
 def test_on_postgresql_a_connection_whose_prepared_statement_went_stale_prepares_afresh(
     store: Store,
 ) -> None:
