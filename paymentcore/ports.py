@@ -529,6 +529,13 @@ class Outbox(Protocol):
         """Insert; raises if the id exists."""
         ...
 
+    def add_to_deliver(self, event: Event) -> None:
+        """Insert ``event`` (PENDING) to be delivered, or, when its merchant has no active webhook
+        endpoint at this moment, as SKIPPED with the error ``models.NO_ENDPOINT`` (never sent later):
+        decided by the store with the insert, in one statement, so an event nobody listens for costs
+        no worker's round. Raises if the id exists."""
+        ...
+
     def get(self, event_id: str) -> Event | None: ...
     def get_many(self, event_ids: Sequence[str]) -> dict[str, Event]:
         """The events of ``event_ids`` that exist, read in one statement (locked, as ``get`` locks, in

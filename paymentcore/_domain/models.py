@@ -69,7 +69,11 @@ class DeliveryStatus(enum.Enum):
     PENDING = "PENDING"
     DELIVERED = "DELIVERED"
     FAILED = "FAILED"  # gave up after the retry schedule
-    SKIPPED = "SKIPPED"  # no active endpoint when it was due
+    SKIPPED = "SKIPPED"  # no active endpoint when it was emitted or due
+
+
+#: the error of an event skipped for want of an active webhook endpoint
+NO_ENDPOINT = "no active endpoint"
 
 
 COLLECTION_TRANSITIONS: frozenset[tuple[CollectionStatus, CollectionStatus]] = frozenset(

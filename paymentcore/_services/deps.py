@@ -162,7 +162,8 @@ class Deps:
     def emit(
         self, tx: Transaction, merchant_id: str, event_type: EventType, data: dict[str, Any], now: int
     ) -> Event:
-        """Write an outbox event inside the caller's transaction (delivered later by the worker)."""
+        """Write an outbox event inside the caller's transaction, delivered later by the worker, or
+        skipped at once when the merchant has no active webhook endpoint (``Outbox.add_to_deliver``)."""
         event = Event(
             id=self.refs.token(EVENT_ID_KIND),
             merchant_id=merchant_id,
@@ -171,7 +172,7 @@ class Deps:
             created_at=now,
             next_attempt_at=now,
         )
-        tx.outbox.add(event)
+        tx.outbox.add_to_deliver(event)
         return event
 
 

@@ -33,7 +33,7 @@ from paymentcore._domain.commands import RegisterLegacyWebhook, RegisterWebhook,
 from paymentcore._domain.errors import InvalidRequestError, NotFoundError
 from paymentcore._domain.event_types import COLLECTION_EVENTS, CURRENT_OF, LEGACY_NAMES, UNRENAMED
 from paymentcore._domain.fields import required_text
-from paymentcore._domain.models import Delivery, DeliveryStatus, Event, WebhookEndpoint
+from paymentcore._domain.models import NO_ENDPOINT, Delivery, DeliveryStatus, Event, WebhookEndpoint
 from paymentcore._domain.pages import (
     DEFAULT_LIMIT,
     check_cursor,
@@ -364,7 +364,7 @@ class Webhooks:
         if event_is_due(event, now):
             endpoint = tx.webhooks.get(event.merchant_id)
             if endpoint is None or not endpoint.is_active:
-                skipped = attrs.evolve(event, status=DeliveryStatus.SKIPPED, last_error="no active endpoint")
+                skipped = attrs.evolve(event, status=DeliveryStatus.SKIPPED, last_error=NO_ENDPOINT)
                 tx.outbox.update(skipped)
                 return None
             tx.outbox.update(attrs.evolve(event, next_attempt_at=lease))

@@ -18,6 +18,7 @@ import attrs
 
 from paymentcore._domain.models import (
     EVENT_FIXED,
+    NO_ENDPOINT,
     PAYOUT_FIXED,
     ApiKey,
     Balance,
@@ -681,6 +682,12 @@ class _Webhooks(_Repository):
 class _Outbox(_Repository):
     def add(self, event: Event) -> None:
         self._t.insert("events", event.id, attrs.evolve(event, data=copy.deepcopy(event.data)))
+
+    def add_to_deliver(self, event: Event) -> None:
+        endpoint: WebhookEndpoint | None = self._t.get("webhooks", event.merchant_id)
+        if endpoint is None or not endpoint.is_active:
+            event = attrs.evolve(event, status=DeliveryStatus.SKIPPED, last_error=NO_ENDPOINT)
+        self.add(event)
 
     def get(self, event_id: str) -> Event | None:
         event: Event | None = self._t.get("events", event_id)

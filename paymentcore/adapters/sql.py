@@ -15,6 +15,7 @@ from __future__ import annotations
 import abc
 import builtins
 import enum
+import functools
 import json
 import operator
 import re
@@ -29,6 +30,7 @@ import attrs
 from paymentcore._domain import wire
 from paymentcore._domain.models import (
     EVENT_FIXED,
+    NO_ENDPOINT,
     PAYOUT_FIXED,
     ApiKey,
     Balance,
@@ -1348,6 +1350,25 @@ class _Webhooks(_Repository):
         )
 
 
+#: where an event to deliver takes the state its merchant's endpoint gives it: PENDING, or SKIPPED with
+#: NO_ENDPOINT when no active endpoint listens (``Outbox.add_to_deliver``); each CASE asks the endpoint
+#: by its key, under the merchant's lock, in the insert itself
+_HEARD = {"status": f"'{DeliveryStatus.SKIPPED.value}'", "last_error": f"'{NO_ENDPOINT}'"}
+_HEARD_AT = [place for place, column in enumerate(_EVENTS.columns) if column in _HEARD]
+
+
+@functools.cache
+def _heard_insert(active: str) -> str:
+    """The events' insert with its status and error decided by the merchant's endpoint (``active``:
+    the dialect's test of ``is_active``)."""
+    heard = f"EXISTS (SELECT 1 FROM webhooks WHERE merchant_id = ? AND {active})"
+    marks = ", ".join(
+        f"CASE WHEN {heard} THEN ? ELSE {_HEARD[column]} END" if column in _HEARD else "?"
+        for column in _EVENTS.columns
+    )
+    return f"INSERT INTO events ({', '.join(_EVENTS.columns)}) VALUES ({marks})"
+
+
 class _Outbox(_Repository):
     def __init__(self, rows: Rows) -> None:
         super().__init__(rows)
@@ -1355,6 +1376,13 @@ class _Outbox(_Repository):
 
     def add(self, event: Event) -> None:
         self._rows.insert(_EVENTS, event)
+
+    def add_to_deliver(self, event: Event) -> None:
+        heard = self._rows.dialect.flag("is_active", True)
+        values = _EVENTS.values(event)
+        for place in reversed(_HEARD_AT):  # each CASE's test names the merchant before its value
+            values.insert(place, event.merchant_id)
+        self._rows.write(_heard_insert(heard), values)
 
     def get(self, event_id: str) -> Event | None:
         event: Event | None = self._read.get(event_id)

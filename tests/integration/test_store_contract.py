@@ -23,6 +23,7 @@ import psycopg
 import pytest
 
 from paymentcore._domain.models import (
+    NO_ENDPOINT,
     PAYOUT_TRANSITIONS,
     ApiKey,
     Balance,
@@ -905,6 +906,32 @@ def test_event_round_trip_keeps_nested_decimals_exact(store: Store) -> None:
         assert amount == Decimal("1500")
         assert str(amount) == "1500"
     assert got.data["ok"] is True and got.data["none"] is None and got.data["text"] == "café ✓"
+
+
+def test_an_event_to_deliver_is_skipped_when_no_active_endpoint_listens(store: Store) -> None:
+    """``add_to_deliver`` stores the event PENDING for a merchant whose endpoint is active, and SKIPPED
+    with NO_ENDPOINT for one without an endpoint or with a disabled one (so no worker's round is spent
+    on it); its other fields as given, and a second insert of the id raises."""
+    active = attrs.evolve(webhook("mer_on"), is_active=True, disabled_reason=None, consecutive_failures=0)
+    with store.transaction() as tx:
+        tx.webhooks.put(active)
+        tx.webhooks.put(webhook("mer_off"))  # disabled after ten failures
+        for merchant_id in ("mer_on", "mer_off", "mer_none"):
+            tx.outbox.add_to_deliver(event(f"evt_{merchant_id}", merchant_id=merchant_id))
+    with store.read() as tx:
+        found = tx.outbox.get_many(["evt_mer_on", "evt_mer_off", "evt_mer_none"])
+    assert found["evt_mer_on"] == event("evt_mer_on", merchant_id="mer_on")
+    for merchant_id in ("mer_off", "mer_none"):
+        skipped = attrs.evolve(
+            event(f"evt_{merchant_id}", merchant_id=merchant_id),
+            status=DeliveryStatus.SKIPPED,
+            last_error=NO_ENDPOINT,
+        )
+        assert found[f"evt_{merchant_id}"] == skipped
+    with store.read() as tx:
+        assert [e.id for e in tx.outbox.due(NOW, 10)] == ["evt_mer_on"]
+    with pytest.raises(DUPLICATE), store.transaction() as tx:
+        tx.outbox.add_to_deliver(event("evt_mer_none", merchant_id="mer_none"))
 
 
 def test_event_update_duplicate_and_missing(store: Store) -> None:

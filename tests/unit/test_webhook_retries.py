@@ -22,7 +22,7 @@ from paymentcore import (
     WebhookSettings,
     WebhookVerificationError,
 )
-from paymentcore._domain.models import DeliveryStatus, Event
+from paymentcore._domain.models import NO_ENDPOINT, DeliveryStatus, Event
 from paymentcore._domain.signing import verify_webhook
 from paymentcore.ports import DeliveryResult, DeliveryTarget
 from paymentcore.testing import CapturedDelivery, CapturingSender, public_resolver
@@ -391,6 +391,16 @@ def test_without_an_endpoint_events_are_skipped_and_never_sent(once: Kit) -> Non
     once.advance(86_400)
     assert once.deliveries == []
     assert once.events()[0].status is DeliveryStatus.SKIPPED
+
+
+def test_without_an_endpoint_an_event_is_skipped_as_it_is_written_and_no_delivery_round_takes_it(
+    once: Kit,
+) -> None:
+    once.emit()
+    once.core.collect.process_due()  # the charge settles: its event is written
+    [event] = once.events()
+    assert (event.status, event.last_error, event.attempts) == (DeliveryStatus.SKIPPED, NO_ENDPOINT, 0)
+    assert once.core.webhooks.process_due() == 0  # nothing due for the deliveries
 
 
 def test_a_disabled_endpoint_receives_nothing_even_for_events_awaiting_a_retry() -> None:
