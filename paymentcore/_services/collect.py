@@ -501,8 +501,14 @@ class Collect:
         return self._runner.run_due(limit)
 
     def advance(self, reference: str) -> None:
-        """Send a due prompt, or ask the network about a prompt already sent, or expire a checkout."""
-        self._runner.run_one(reference)
+        """Send a due prompt, or ask the network about a prompt already sent, or expire a checkout (its
+        units take only its merchant's lock; a collection never changes merchant); no such collection,
+        nothing to do."""
+        try:
+            merchant_id = self.find(reference).merchant_id
+        except NotFoundError:
+            return
+        self._runner.run_one(reference, merchant_id=merchant_id)
 
     def due(self, tx: Transaction, now: int, limit: int) -> builtins.list[Due]:
         # a lane per provider: a mobile network that hangs holds up only its own collections

@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import pytest
 from test_store_contract import NOW, event, payout  # type: ignore[import-not-found, unused-ignore]
 
-from paymentcore import Config, FakeClock, InsufficientBalanceError, PaymentCore
+from paymentcore import Config, FakeClock, InsufficientBalanceError, PaymentCore, PayoutLimitExceededError
 from paymentcore._domain.models import PayoutStatus
 from paymentcore._services.ledger import check_invariant
 from paymentcore.adapters.postgres import PostgresStore
@@ -414,6 +415,32 @@ def test_the_workers_sweep_waits_for_no_busy_merchant_and_holds_back_no_other(tm
         core.close()
 
 
+def _beside_busy(core: PaymentCore, busy: str, act: Callable[[], None]) -> None:
+    """Run ``act`` on a thread while merchant ``busy``'s unit of work is held open: it must end before
+    that unit does (it waited for no lock of ``busy``'s, nor for the whole store's)."""
+    store = core.store
+    assert isinstance(store, PostgresStore)
+    inside, release, acted = threading.Event(), threading.Event(), threading.Event()
+    holder = threading.Thread(target=_hold, args=(store, busy, inside, release))
+    holder.start()
+
+    def run() -> None:
+        act()
+        acted.set()
+
+    acting = threading.Thread(target=run)
+    try:
+        assert inside.wait(WAIT)
+        acting.start()
+        assert acted.wait(WAIT), "it waited for the busy merchant"
+        assert holder.is_alive() and not release.is_set()
+    finally:
+        release.set()
+        holder.join(WAIT)
+        if acting.ident is not None:  # started
+            acting.join(WAIT)
+
+
 def test_review_actions_on_one_merchants_payouts_wait_for_no_other_merchant(tmp_path: Path) -> None:
     """An operator's release, rejection and resolution of a payout, the reactivation of a merchant's
     webhook endpoint and a payer's choice on the hosted page take only that merchant's lock: a busy
@@ -437,37 +464,61 @@ def test_review_actions_on_one_merchants_payouts_wait_for_no_other_merchant(tmp_
         assert core.disburse.find(failing.reference).status is PayoutStatus.FAILED
         core.webhooks.register(other, url="https://shop.example/hooks")
         checkout = core.collect.checkout(other, amount=500, currency="XAF", idempotency_key="checkout")
-        store = core.store
-        assert isinstance(store, PostgresStore)
-        inside, release = threading.Event(), threading.Event()
-        holder = threading.Thread(target=_hold, args=(store, busy, inside, release))
-        holder.start()
         done: list[str] = []
-        acted = threading.Event()
-        try:
-            assert inside.wait(WAIT)
 
-            def act() -> None:
-                done.append(core.disburse.release(held[0].reference, actor="op_1").status.value)
-                done.append(core.disburse.reject(held[1].reference, actor="op_1").status.value)
-                done.append(core.disburse.resolve(failing.reference, actor="op_1").status.value)
-                done.append(core.collect.pay(checkout.reference, "mtn_cm", "670000000").status.value)
-                done.append(str(core.webhooks.reactivate(other, actor="op_1").is_active))
-                acted.set()
+        def act() -> None:
+            done.append(core.disburse.release(held[0].reference, actor="op_1").status.value)
+            done.append(core.disburse.reject(held[1].reference, actor="op_1").status.value)
+            done.append(core.disburse.resolve(failing.reference, actor="op_1").status.value)
+            done.append(core.collect.pay(checkout.reference, "mtn_cm", "670000000").status.value)
+            core.collect.advance(checkout.reference)  # its prompt sent (the testing kit's step)
+            done.append(core.collect.find(checkout.reference).status.value)
+            done.append(str(core.webhooks.reactivate(other, actor="op_1").is_active))
 
-            acting = threading.Thread(target=act)
-            acting.start()
-            assert acted.wait(WAIT), f"a review action waited for the busy merchant ({done} done)"
-            assert holder.is_alive() and not release.is_set()
-        finally:
-            release.set()
-            holder.join(WAIT)
-        acting.join(WAIT)
-        assert done[1:] == ["REJECTED", "FAILED", "PENDING", "True"] and done[0] in ("SENT", "PAID")
+        _beside_busy(core, busy, act)
+        assert done[0] in ("SENT", "PAID")
+        assert done[1:] == ["REJECTED", "FAILED", "PENDING", "SUCCESS", "True"]
         with core.store.read() as tx:
             balance = check_invariant(tx, other, "XAF")
         assert balance.reserved + balance.paid_out == AMOUNT  # the released one only
-        assert balance.available == 10 * AMOUNT - AMOUNT
+        assert balance.credited > 10 * AMOUNT  # the funding and the collection paid on the page
+        assert balance.available == balance.credited - AMOUNT
+    finally:
+        core.close()
+
+
+def test_an_operators_changes_to_one_merchant_wait_for_no_other_merchant(tmp_path: Path) -> None:
+    """An operator's change to a merchant (its status, payouts switch, fee, blocked providers, payout
+    limits, a key made, limited or revoked) takes only that merchant's lock: a busy merchant's long unit
+    holds none of them back (they were whole-store writers), and a payout of the changed merchant sees
+    the change."""
+    core = PaymentCore.postgresql(postgres_url(tmp_path), sender=None, config=Config(sandbox_delay=0))
+    try:
+        busy = core.operator.create_merchant("Busy", settlement_currency="XAF").id
+        other = core.operator.create_merchant("Other", settlement_currency="XAF").id
+        fund(core, other, "XAF", 10 * AMOUNT)
+        key = core.operator.create_key(other, ["disburse"]).key.id
+        done: list[str] = []
+
+        def act() -> None:
+            op = core.operator
+            done.append(op.suspend_merchant(other, actor="op_1").status.value)
+            done.append(op.approve_merchant(other, actor="op_1").status.value)
+            done.append(str(op.set_merchant_payouts(other, True, actor="op_1").payouts_enabled))
+            done.append(str(op.set_collect_fee(other, "1.5", actor="op_1").collect_fee_ppm))
+            done.append(",".join(op.block_provider(other, "orange_cm", actor="op_1").blocked_providers))
+            limits = op.set_limits(other, "XAF", per_transaction=Decimal(AMOUNT), actor="op_1")
+            done.append(str(limits.per_transaction))
+            done.append(str(op.create_key(other, ["collect"], actor="op_1").key.revoked))
+            done.append(str(op.set_rate_limit(key, per_minute=30, actor="op_1").per_minute))
+            done.append(str(op.revoke_key(key, actor="op_1").revoked))
+
+        _beside_busy(core, busy, act)
+        assert done == ["SUSPENDED", "APPROVED", "True", "15000", "orange_cm", "700", "False", "30", "True"]
+        with pytest.raises(PayoutLimitExceededError):  # the new ceiling holds for the next payout
+            core.disburse.create(
+                other, amount=AMOUNT + 1, currency="XAF", phone="670000000", idempotency_key="k"
+            )
     finally:
         core.close()
 
