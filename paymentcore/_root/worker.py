@@ -60,7 +60,7 @@ class Worker:
         now = self._deps.clock.now()
         if now < self._next_purge:
             return
-        with self._deps.sweeping() as tx:  # waits for no merchant's units, and none waits for it
+        with self._deps.apart() as tx:  # waits for no merchant's units, and none waits for it
             tx.idempotency.purge(now - self._deps.config.idempotency_retention_hours * 3_600_000)
             tx.leases.purge(now - LEASE_KEEP_MS)
         self._limiter.purge(now)  # rate-limit buckets past the longest window

@@ -78,14 +78,16 @@ class Deps:
         with self.transaction(merchants=merchants) as tx:
             yield tx
 
-    def sweeping(self) -> AbstractContextManager[Transaction]:
-        """A write transaction of housekeeping that only deletes rows no unit needs any more (expired
-        idempotency answers, dead workers' leases): on a store whose claims take no merchant's
-        partition (``ports.SkippingStore``), that unit, which makes no merchant's writer wait and waits
-        for none (the whole store's lock is taken only shared; a row being deleted is locked on its
-        own); elsewhere ``store.transaction()``. With the whole store's lock taken exclusively, a sweep
-        waited for every merchant's unit in flight, and every merchant's next unit queued behind the
-        sweep: one merchant's long unit stopped every merchant's writes."""
+    def apart(self) -> AbstractContextManager[Transaction]:
+        """A write transaction of rows that belong to no merchant and move no money: housekeeping's
+        sweep (expired idempotency answers, dead workers' leases, which no unit needs any more) and the
+        console's operators, sessions and their audit entries. On a store whose claims take no
+        merchant's partition (``ports.SkippingStore``), that unit, which makes no merchant's writer
+        wait and waits for none (the whole store's lock is taken only shared; a row it changes is
+        locked on its own); elsewhere ``store.transaction()``. With the whole store's lock taken
+        exclusively, such a unit waited for every merchant's unit in flight, and every merchant's next
+        unit queued behind it: one merchant's long unit, and a console page or a failed sign-in beside
+        it, stopped every merchant's writes."""
         skipping = self._skipping()
         return self.store.transaction() if skipping is None else skipping.transaction_for_claims()
 

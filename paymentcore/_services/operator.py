@@ -659,7 +659,7 @@ class Operator:
             revoked=False,
             created_at=self._deps.clock.now(),
         )
-        with self._deps.store.transaction() as tx:
+        with self._deps.apart() as tx:  # the console's rows: no merchant's writer waits for it
             tx.operators.put(operator)
             self._write(tx, actor, "operator.create", operator.id, None, audit.operator_state(operator))
         return CreatedOperator(operator=_account(operator), token=token)
@@ -667,7 +667,7 @@ class Operator:
     def revoke_operator(self, operator_id: str, *, actor: str = DEFAULT_ACTOR) -> OperatorAccount:
         """The operator's token no longer signs in, and every session of the operator ends now."""
         actor = audit.check_actor(actor)
-        with self._deps.store.transaction() as tx:
+        with self._deps.apart() as tx:  # a session made meanwhile is refused: its operator is revoked
             before = self._require_operator(tx, operator_id)
             operator = attrs.evolve(before, revoked=True)
             tx.operators.put(operator)
@@ -720,7 +720,7 @@ class Operator:
         if not accepted:
             self._sign_in_failed(who, *failures)
         secret = SESSION_SECRET_PREFIX + secrets.token_urlsafe(32)
-        with self._deps.store.transaction() as tx:
+        with self._deps.apart() as tx:  # a revocation committed meanwhile is seen here or at the next use
             now = self._deps.clock.now()
             operator = tx.operators.by_hash(digest) if digest is not None else None
             if operator is None or not _accepts(operator, digest):  # revoked meanwhile
@@ -755,7 +755,7 @@ class Operator:
                 seconds,
             )
         throttled = failures >= sign_ins.per_client or overall >= sign_ins.overall
-        with self._deps.store.transaction() as tx:
+        with self._deps.apart() as tx:
             self._write(
                 tx,
                 f"client:{client}",
@@ -792,7 +792,7 @@ class Operator:
             raise UnauthorizedError("Sign in to the console.")
         if now - found.last_seen_at >= SESSION_TOUCH_MS:
             found = attrs.evolve(found, last_seen_at=now)
-            with self._deps.store.transaction() as tx:
+            with self._deps.apart() as tx:
                 current = tx.sessions.by_hash(digest)
                 if current is None:  # signed out meanwhile
                     raise UnauthorizedError("Sign in to the console.")
@@ -803,7 +803,7 @@ class Operator:
         """End the session whose secret this is (nothing happens for an unknown one)."""
         if not _plausible(secret, SESSION_SECRET_PREFIX):
             return
-        with self._deps.store.transaction() as tx:
+        with self._deps.apart() as tx:
             found = tx.sessions.by_hash(_digest(secret))
             if found is None:
                 return

@@ -20,9 +20,17 @@ import attrs
 import pytest
 from test_store_contract import NOW, event, payout  # type: ignore[import-not-found, unused-ignore]
 
-from paymentcore import Config, FakeClock, InsufficientBalanceError, PaymentCore, PayoutLimitExceededError
+from paymentcore import (
+    Config,
+    FakeClock,
+    InsufficientBalanceError,
+    PaymentCore,
+    PayoutLimitExceededError,
+    UnauthorizedError,
+)
 from paymentcore._domain.models import PayoutStatus
 from paymentcore._services.ledger import check_invariant
+from paymentcore._services.operator import SESSION_TOUCH_MS
 from paymentcore.adapters.postgres import PostgresStore
 from paymentcore.testing import fund, public_resolver
 
@@ -519,6 +527,43 @@ def test_an_operators_changes_to_one_merchant_wait_for_no_other_merchant(tmp_pat
             core.disburse.create(
                 other, amount=AMOUNT + 1, currency="XAF", phone="670000000", idempotency_key="k"
             )
+    finally:
+        core.close()
+
+
+def test_the_consoles_sign_ins_and_sessions_wait_for_no_busy_merchant(tmp_path: Path) -> None:
+    """The console's writes (an operator made or revoked, a sign-in, a failed one, a session's use
+    recorded, a sign-out) touch no merchant's rows: while a merchant's unit is held, they all go
+    through (they took the whole store's lock, which waits for every merchant's unit, and every
+    merchant's next unit queued behind them: a console page stopped every merchant's payouts)."""
+    clock = FakeClock()
+    core = PaymentCore.postgresql(postgres_url(tmp_path), sender=None, clock=clock)
+    try:
+        busy = core.operator.create_merchant("Busy", settlement_currency="XAF").id
+        done: list[str] = []
+
+        def act() -> None:
+            op = core.operator
+            made = op.create_operator("Ops", actor="op_root")
+            signed = op.sign_in(made.token, client="203.0.113.9")
+            clock.advance(seconds=SESSION_TOUCH_MS / 1000)  # the next use records itself
+            done.append(op.session(signed.secret).operator.id)
+            with pytest.raises(UnauthorizedError):
+                op.sign_in("pco_" + "x" * 43, client="203.0.113.10")
+            op.sign_out(signed.secret)
+            with pytest.raises(UnauthorizedError):
+                op.session(signed.secret)
+            again = op.sign_in(made.token, client="203.0.113.9")
+            done.append(str(op.revoke_operator(made.operator.id, actor="op_root").revoked))
+            with pytest.raises(UnauthorizedError):
+                op.session(again.secret)
+            done.append(made.operator.id)
+
+        _beside_busy(core, busy, act)
+        assert done == [done[2], "True", done[2]]
+        actions = [entry.action for entry in core.operator.audit_log(limit=20).data]
+        for action in ("operator.create", "operator.sign_in", "operator.sign_in_failed", "operator.sign_out"):
+            assert action in actions, actions
     finally:
         core.close()
 
