@@ -193,6 +193,12 @@ def in_turns(items: Iterable[T], lane: Callable[[T], str], per_lane: int) -> lis
 # --- webhook endpoints ----------------------------------------------------------------------------
 
 
+def endpoint_listens(endpoint: WebhookEndpoint | None) -> bool:
+    """Is there an endpoint to send a merchant's events to (registered and active)? An event written
+    while there is none is skipped, and so is one whose turn comes while there is none."""
+    return endpoint is not None and endpoint.is_active
+
+
 def endpoint_is_troubled(endpoint: WebhookEndpoint) -> bool:
     """Does an operator need to look at this endpoint: disabled, or its last event(s) failed (after
     every retry) since its last delivered one?"""

@@ -42,7 +42,7 @@ from paymentcore._domain.pages import (
     page_of,
     unknown_cursor,
 )
-from paymentcore._domain.queries import event_is_due, event_lane
+from paymentcore._domain.queries import endpoint_listens, event_is_due, event_lane
 from paymentcore._domain.records import (
     EventDelivery,
     EventDeliveryStatus,
@@ -363,7 +363,7 @@ class Webhooks:
         lease = now + self._deps.config.dispatch_lease_seconds * 1000
         if event_is_due(event, now):
             endpoint = tx.webhooks.get(event.merchant_id)
-            if endpoint is None or not endpoint.is_active:
+            if endpoint is None or not endpoint_listens(endpoint):
                 skipped = attrs.evolve(event, status=DeliveryStatus.SKIPPED, last_error=NO_ENDPOINT)
                 tx.outbox.update(skipped)
                 return None

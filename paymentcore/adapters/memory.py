@@ -51,6 +51,7 @@ from paymentcore._domain.queries import (
     collection_lane,
     counts_as_spent,
     endpoint_is_troubled,
+    endpoint_listens,
     endpoint_trouble_order,
     event_is_due,
     event_lane,
@@ -684,8 +685,7 @@ class _Outbox(_Repository):
         self._t.insert("events", event.id, attrs.evolve(event, data=copy.deepcopy(event.data)))
 
     def add_to_deliver(self, event: Event) -> None:
-        endpoint: WebhookEndpoint | None = self._t.get("webhooks", event.merchant_id)
-        if endpoint is None or not endpoint.is_active:
+        if not endpoint_listens(self._t.get("webhooks", event.merchant_id)):
             event = attrs.evolve(event, status=DeliveryStatus.SKIPPED, last_error=NO_ENDPOINT)
         self.add(event)
 
