@@ -165,7 +165,7 @@ class Operator:
             blocked_providers=frozenset(),
             created_at=self._deps.clock.now(),
         )
-        with self._deps.store.transaction() as tx:
+        with self._unit_of(merchant.id) as tx:  # a new merchant's rows: no other merchant waits for it
             tx.merchants.put(merchant)
             self._write(tx, actor, "merchant.create", merchant.id, None, audit.merchant_state(merchant))
         return merchant

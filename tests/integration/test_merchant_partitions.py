@@ -24,6 +24,8 @@ from paymentcore import (
     Config,
     FakeClock,
     InsufficientBalanceError,
+    Merchant,
+    MerchantStatus,
     PaymentCore,
     PayoutLimitExceededError,
     UnauthorizedError,
@@ -527,6 +529,44 @@ def test_an_operators_changes_to_one_merchant_wait_for_no_other_merchant(tmp_pat
             core.disburse.create(
                 other, amount=AMOUNT + 1, currency="XAF", phone="670000000", idempotency_key="k"
             )
+    finally:
+        core.close()
+
+
+def test_a_new_merchant_is_made_and_set_up_while_another_merchant_is_busy(tmp_path: Path) -> None:
+    """Onboarding (a merchant made, approved or not, its key, its limits, its webhook endpoint) writes
+    only the new merchant's rows and takes only its lock: a busy merchant's long unit holds none of it
+    back (making a merchant took the whole store's lock), and the new merchant is whole afterwards."""
+    core = PaymentCore.postgresql(
+        postgres_url(tmp_path), sender=None, resolver=public_resolver, config=Config(sandbox_delay=0)
+    )
+    try:
+        busy = core.operator.create_merchant("Busy", settlement_currency="XAF").id
+        made: list[Merchant] = []
+
+        def act() -> None:
+            op = core.operator
+            made.append(op.create_merchant("New Shop", settlement_currency="XAF", actor="op_1"))
+            made.append(op.create_merchant("Waiting Shop", approved=False, fee_percent="2", actor="op_1"))
+            new = made[0].id
+            op.create_key(new, ["disburse"], actor="op_1")
+            op.set_limits(new, "XAF", per_transaction=Decimal(AMOUNT), actor="op_1")
+            core.webhooks.register(new, url="https://shop.example/hooks")
+
+        _beside_busy(core, busy, act)
+        assert [m.status for m in made] == [MerchantStatus.APPROVED, MerchantStatus.NOT_APPROVED]
+        assert made[1].collect_fee_ppm == 20_000
+        listed = {m.id: m for m in core.operator.list_merchants()}
+        assert listed[made[0].id] == made[0] and listed[made[1].id] == made[1]
+        assert [k.merchant_id for k in core.operator.keys(made[0].id)] == [made[0].id]
+        assert core.webhooks.get(made[0].id).url == "https://shop.example/hooks"
+        subjects = [e.record for e in core.operator.audit_log(limit=20).data if e.action == "merchant.create"]
+        assert made[0].id in subjects and made[1].id in subjects
+        fund(core, made[0].id, "XAF", 10 * AMOUNT)  # and it pays out at once, within its new limits
+        paid = core.disburse.create(
+            made[0].id, amount=AMOUNT, currency="XAF", phone="670000000", idempotency_key="first"
+        )
+        assert paid.amount == AMOUNT
     finally:
         core.close()
 
