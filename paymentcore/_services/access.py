@@ -117,7 +117,11 @@ class Counting(Protocol):
 
 
 class RateBook(Protocol):
-    """Where the counters live: anything whose write transactions offer ``rates`` (every store does)."""
+    """Where the counters live: anything whose write transactions offer ``rates`` (every store does).
+
+    A book whose count of some keys waits for no count of other keys (each key its own lock, not one
+    writer for the whole book) says so with a true ``counts_by_key`` attribute: the rate limiter then
+    counts each key in a lane of its own (:class:`RateLimiter`)."""
 
     def transaction(self) -> AbstractContextManager[Counting]: ...
 
@@ -137,6 +141,17 @@ class _Hit:
     done: bool = False
     state: RateState | None = None
     error: BaseException | None = None
+
+
+class _Lane:
+    """The hits of one lane waiting to be counted, its counting turn, and the threads using it."""
+
+    __slots__ = ("queue", "turn", "users")
+
+    def __init__(self) -> None:
+        self.queue: list[_Hit] = []
+        self.turn = threading.Lock()
+        self.users = 0
 
 
 @attrs.define
@@ -207,17 +222,23 @@ class RateLimiter:
     the counters of the keys being counted, so racing requests (in this process or another one on the
     same database) take the slots one at a time.
 
-    Requests that arrive together are counted together: each request queues its hit, and whichever
-    thread takes the counting turn counts every queued hit in one write transaction of the book (keys
-    in a fixed order, each key's hits in arrival order), so a burst costs one transaction rather than
-    one per request and the threads do not queue one by one behind the book's lock.
+    Requests that arrive together are counted together: each request queues its hit in its lane, and
+    whichever thread takes the lane's counting turn counts every hit queued there in one write
+    transaction of the book (keys in a fixed order, each key's hits in arrival order), so a burst costs
+    one transaction rather than one per request and the threads do not queue one by one behind the
+    book's lock. A book with one writer (SQLite's file, the memory store) has one lane for every key:
+    a burst of many keys is one transaction and one fsync. A book whose counts of different keys wait
+    for nothing of each other (``counts_by_key``: PostgreSQL, a lock per key) has a lane per key, so a
+    key's count never waits for another key's transaction in flight: the keys of different merchants
+    share no queue (with one lane, every request of every merchant waited for the count in flight,
+    several round trips to the database, before its own).
     """
 
     def __init__(self, book: RateBook) -> None:
         self._book = book
-        self._queue: list[_Hit] = []
-        self._queue_lock = threading.Lock()
-        self._turn = threading.Lock()
+        self._by_key = bool(getattr(book, "counts_by_key", False))
+        self._lanes: dict[str, _Lane] = {}
+        self._lanes_lock = threading.Lock()  # the lanes, and the hits queued in each
 
     def hit(self, key: ApiKey, now: int) -> RateState:
         """Count one request or raise RATE_LIMITED (a refused request is not counted)."""
@@ -233,18 +254,37 @@ class RateLimiter:
         if not keys:
             return []
         mine = [_Hit(key, now) for key in keys]
-        with self._queue_lock:
-            self._queue.extend(mine)
-        with self._turn:
-            if not all(hit.done for hit in mine):
-                with self._queue_lock:
-                    batch, self._queue = self._queue, []
-                self._count_all(batch)
+        lanes: dict[str, list[_Hit]] = {}
+        for hit in mine:
+            lanes.setdefault(hit.key.id if self._by_key else "", []).append(hit)
+        for name in sorted(lanes):  # one turn held at a time: no two threads wait for each other's
+            self._count_in(name, lanes[name])
         counted: list[RateState | BaseException] = []
         for hit in mine:
             assert hit.error is not None or hit.state is not None
             counted.append(hit.error if hit.error is not None else cast(RateState, hit.state))
         return counted
+
+    def _count_in(self, name: str, hits: list[_Hit]) -> None:
+        """Queue ``hits`` in lane ``name`` and count them: in the batch of the thread whose turn it is,
+        or, when the turn comes and they are still queued, with whatever was queued with them."""
+        with self._lanes_lock:
+            lane = self._lanes.get(name)
+            if lane is None:
+                lane = self._lanes[name] = _Lane()
+            lane.users += 1
+            lane.queue.extend(hits)
+        try:
+            with lane.turn:
+                if not all(hit.done for hit in hits):
+                    with self._lanes_lock:
+                        batch, lane.queue = lane.queue, []
+                    self._count_all(batch)
+        finally:
+            with self._lanes_lock:  # a lane no thread uses any more is forgotten (keys come and go)
+                lane.users -= 1
+                if lane.users == 0:
+                    del self._lanes[name]
 
     def _count_all(self, batch: list[_Hit]) -> None:
         try:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -146,3 +150,77 @@ def test_hits_counted_together_answer_as_each_counted_alone(
                 answers.append((hit.state.limit, hit.state.remaining, hit.state.reset_seconds))
         got.append(answers)
     assert got == _one_at_a_time(keys, timed)
+
+
+class _SlowBook:
+    """The memory store as a rate book whose counts of one key stop until told to go on."""
+
+    def __init__(self, store: Any, slow_key: str, *, by_key: bool) -> None:
+        self._store = store
+        self.slow_key = slow_key
+        self.counts_by_key = by_key
+        self.inside = threading.Event()  # a count of the slow key has begun
+        self.go_on = threading.Event()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Any]:
+        book = self
+        with contextlib.ExitStack() as stack:  # the store's transaction opened once the keys are known
+
+            class _Rates:
+                tx: Any = None
+
+                def spans(self, keys: Any, windows: Any) -> Any:
+                    if book.slow_key in keys:  # before the memory store's one lock is taken
+                        book.inside.set()
+                        assert book.go_on.wait(WAIT)
+                    self.tx = stack.enter_context(book._store.transaction())
+                    return self.tx.rates.spans(keys, windows)
+
+                def add_many(self, counts: Any) -> None:
+                    self.tx.rates.add_many(counts)
+
+            yield type("Counting", (), {"rates": _Rates()})()
+
+    def ping(self, timeout: float = 0.5) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+WAIT = 30.0
+
+
+@pytest.mark.parametrize("by_key", [True, False])
+def test_a_keys_count_waits_for_another_keys_count_only_when_the_book_has_one_writer(by_key: bool) -> None:
+    """On a book that counts each key apart (PostgreSQL: a lock per key), a key's request is counted
+    while another key's count is in flight: the keys of different merchants share no queue. On a book
+    of one writer (SQLite's file) it waits and is counted with the next batch, as before; either way
+    both are counted once."""
+    clock = FakeClock()
+    core = PaymentCore.memory(clock=clock)
+    slow = core.operator.create_key(core.operator.create_merchant("Slow").id, ["collect"], per_minute=5).key
+    quick = core.operator.create_key(core.operator.create_merchant("Quick").id, ["collect"], per_minute=5).key
+    book = _SlowBook(core.store, slow.id, by_key=by_key)
+    limiter = RateLimiter(book)
+    answers: dict[str, int] = {}
+
+    def hit(key: ApiKey) -> None:
+        answers[key.id] = limiter.hit(key, clock.now()).remaining
+
+    first = threading.Thread(target=hit, args=(slow,))
+    second = threading.Thread(target=hit, args=(quick,))
+    try:
+        first.start()
+        assert book.inside.wait(WAIT)
+        second.start()
+        second.join(2.0 if by_key else 0.3)
+        assert second.is_alive() is not by_key  # counted at once, or waiting for the slow count
+    finally:
+        book.go_on.set()
+        first.join(WAIT)
+        second.join(WAIT)
+    assert answers == {slow.id: 4, quick.id: 4}
+    assert limiter.hit(quick, clock.now()).remaining == 3  # its lane forgotten, the count kept
+    assert not limiter._lanes
