@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol, cast
 
@@ -154,6 +154,15 @@ class _Lane:
         self.users = 0
 
 
+#: a key's buckets by window (minute, hour): key id -> [[(start, hits), ...], [(start, hits), ...]]
+_Held = dict[str, list[list[tuple[int, int]]]]
+
+#: a count of one hit sent with its unit's end (``count_later``): what the windows held before it and
+#: whether it was counted
+_Counted = Callable[[], tuple[list[list[tuple[int, int]]], bool]]
+CountLater = Callable[[str, Sequence[tuple[int, int, int, int]]], _Counted]
+
+
 @attrs.define
 class _Span:
     """The hits of a key's buckets from one start on, and the oldest of those buckets' starts."""
@@ -172,18 +181,21 @@ class _BatchCounts:
     hit of a busy key cost more than the count's transaction).
     """
 
-    def __init__(self, store: RateRepository, batch: list[_Hit]) -> None:
+    def __init__(self, store: RateRepository | None, batch: list[_Hit], spans: _Held | None = None) -> None:
+        """The counters of ``batch``'s keys read from ``store``, or ``spans``: what was read already."""
         self._store = store
         self._known: dict[tuple[str, int], dict[int, int]] = {}
         self._spans: dict[tuple[str, int], dict[int, _Span]] = {}  # (key, width) -> since -> its sum
         self._added: dict[tuple[str, int, int], int] = {}
-        # every key's buckets in one read (holding every key's counters), from the batch's earliest
-        # hit: a few more buckets than a later hit's windows hold, which window() leaves out
-        keys = sorted({hit.key.id for hit in batch})
-        earliest = min((hit.now for hit in batch), default=0)
-        windows = [(MINUTE.width, MINUTE.since(earliest)), (HOUR.width, HOUR.since(earliest))]
-        for key_id, spans in (store.spans(keys, windows) if keys else {}).items():
-            for window, rows in zip((MINUTE, HOUR), spans, strict=True):
+        if spans is None and store is not None:
+            # every key's buckets in one read (holding every key's counters), from the batch's earliest
+            # hit: a few more buckets than a later hit's windows hold, which window() leaves out
+            keys = sorted({hit.key.id for hit in batch})
+            earliest = min((hit.now for hit in batch), default=0)
+            windows = [(MINUTE.width, MINUTE.since(earliest)), (HOUR.width, HOUR.since(earliest))]
+            spans = store.spans(keys, windows) if keys else {}
+        for key_id, rows_of in (spans or {}).items():
+            for window, rows in zip((MINUTE, HOUR), rows_of, strict=True):
                 self._known[(key_id, window.width)] = dict(rows)
                 self._spans[(key_id, window.width)] = {}
 
@@ -214,7 +226,17 @@ class _BatchCounts:
         self._added[place] = self._added.get(place, 0) + hits
 
     def write(self) -> None:
+        assert self._store is not None
         self._store.add_many([(*place, hits) for place, hits in sorted(self._added.items())])
+
+
+def _windows(hit: _Hit) -> list[tuple[int, int, int, int]]:
+    """A hit's windows as ``count_later`` takes them: (width, since, the hit's bucket, ceiling)."""
+    now, key = hit.now, hit.key
+    return [
+        (w.width, w.since(now), w.start_of(now), ceiling)
+        for w, ceiling in ((MINUTE, key.per_minute), (HOUR, key.per_hour))
+    ]
 
 
 class RateLimiter:
@@ -288,20 +310,45 @@ class RateLimiter:
 
     def _count_all(self, batch: list[_Hit]) -> None:
         try:
+            later = None
             with self._book.transaction() as tx:
-                counts = _BatchCounts(tx.rates, batch)
-                for hit in sorted(batch, key=lambda h: h.key.id):  # stable: arrival order per key
-                    try:
-                        hit.state = self.count(counts, hit.key, hit.now)
-                    except RateLimitedError as refused:  # nothing of it was written
-                        hit.error = refused
-                counts.write()
+                # a hit alone in its lane, on a book that counts by key and can count it in the
+                # statement that reads its buckets (PostgreSQL): that statement, sent with the unit's
+                # end (its key's lock, the conditional count, COMMIT: one round trip), not a read
+                # answered before the write and the COMMIT are sent
+                alone = len(batch) == 1 and self._by_key
+                count_later: CountLater | None = getattr(tx.rates, "count_later", None) if alone else None
+                if count_later is not None:
+                    hit = batch[0]
+                    later = count_later(hit.key.id, _windows(hit))
+                else:
+                    counts = _BatchCounts(tx.rates, batch)
+                    for hit in sorted(batch, key=lambda h: h.key.id):  # stable: arrival order per key
+                        try:
+                            hit.state = self.count(counts, hit.key, hit.now)
+                        except RateLimitedError as refused:  # nothing of it was written
+                            hit.error = refused
+                    counts.write()
+            if later is not None:
+                self._answer_alone(batch[0], later)
         except BaseException as failure:  # the book failed: every hit of the batch fails with it
             for hit in batch:
                 hit.state, hit.error = None, failure
         finally:
             for hit in batch:
                 hit.done = True
+
+    def _answer_alone(self, hit: _Hit, later: _Counted) -> None:
+        """A hit counted by ``count_later``: its answer worked out by :meth:`count` from what its
+        windows held before it, as for a batch (the store decided on the same buckets)."""
+        held, counted = later()
+        counts = _BatchCounts(None, [hit], {hit.key.id: held})
+        try:
+            hit.state = self.count(counts, hit.key, hit.now)
+        except RateLimitedError as refused:
+            hit.error = refused
+        if counted is (hit.error is not None):
+            raise RuntimeError(f"the rate count of key {hit.key.id} disagreed with its buckets")
 
     def purge(self, now: int) -> int:
         """Drop the buckets past the longest window; how many went."""

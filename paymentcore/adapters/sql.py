@@ -1587,6 +1587,51 @@ class _Rates(_Repository):
             found[key_id][place[width]].append((int(start), int(hits)))
         return found
 
+    def count_later(
+        self, key_id: str, windows: Sequence[tuple[int, int, int, int]]
+    ) -> Callable[[], tuple[builtins.list[builtins.list[tuple[int, int]]], bool]]:
+        """One hit of ``key_id``, added to its bucket of each window (``(width, since, start, ceiling)``
+        each) only when every window holds fewer hits than its ceiling, in one statement kept with the
+        unit's others: what each window held before it, and whether it was counted, once the unit has
+        sent it (its end, in a unit of nothing else). PostgreSQL only (a WITH that writes); the key's
+        lock is taken first, so the statement's snapshot holds every earlier count of the key."""
+        if self._rows.dialect is not POSTGRESQL:
+            raise NotImplementedError("count_later needs a WITH that writes (PostgreSQL)")
+        self._rows.hold_key("rate", key_id)
+        held = " UNION ALL ".join(
+            "SELECT width, start, hits FROM rate_counts WHERE key_id = ? AND width = ? AND start >= ?"
+            for _ in windows
+        )
+        room = " AND ".join("(SELECT coalesce(sum(hits), 0) FROM held WHERE width = ?) < ?" for _ in windows)
+        buckets = ", ".join("(CAST(? AS INTEGER), CAST(? AS BIGINT))" for _ in windows)
+        answer = self._rows.run(
+            f"WITH held AS ({held}), added AS (INSERT INTO rate_counts (key_id, width, start, hits)"
+            f" SELECT CAST(? AS TEXT), w, s, 1 FROM (VALUES {buckets}) AS v (w, s) WHERE {room}"
+            " ON CONFLICT (key_id, width, start) DO UPDATE SET hits = rate_counts.hits + 1 RETURNING 1)"
+            " SELECT width, start, hits FROM held UNION ALL SELECT -1, count(*), 0 FROM added"
+            " ORDER BY 1, 2",
+            [
+                *(v for width, since, _, _ in windows for v in (key_id, width, since)),
+                key_id,
+                *(v for width, _, start, _ in windows for v in (width, start)),
+                *(v for width, _, _, ceiling in windows for v in (width, ceiling)),
+            ],
+            lock=False,
+        )
+        place = {width: n for n, (width, _, _, _) in enumerate(windows)}
+
+        def read() -> tuple[builtins.list[builtins.list[tuple[int, int]]], bool]:
+            found: builtins.list[builtins.list[tuple[int, int]]] = [[] for _ in windows]
+            counted = False
+            for width, start, hits in answer.fetchall():
+                if width == -1:
+                    counted = int(start) > 0
+                else:
+                    found[place[width]].append((int(start), int(hits)))
+            return found, counted
+
+        return read
+
     def add(self, key_id: str, width: int, start: int, hits: int = 1) -> None:
         self.add_many([(key_id, width, start, hits)])
 
