@@ -340,17 +340,17 @@ class Api:
     # --- plumbing --------------------------------------------------------------------------------
 
     def _serve(self, asked: _Asked, seen: dict[str, Any] | None = None) -> tuple[Reply, RateState]:
-        principal = self._principal(asked.authorization, seen)
-        return self._answer(principal, self.core.access.rate(principal), asked)
-
-    def _principal(self, authorization: str, seen: dict[str, Any] | None) -> Principal:
-        """The caller of the request's Authorization header (UNAUTHORIZED in the API's own words)."""
+        """The request on a thread: its caller known and counted (``Access.admit``: UNAUTHORIZED in
+        the API's own words; a refused count raised once the caller is known, for the request log),
+        then the rest."""
         try:
-            principal = self.core.access.authenticate(_bearer(authorization))
+            principal, counted = self.core.access.admit(_bearer(asked.authorization))
         except UnauthorizedError:
             raise UnauthorizedError(UNAUTHORIZED_MESSAGE) from None
         _seen(seen, principal)
-        return principal
+        if isinstance(counted, BaseException):
+            raise counted
+        return self._answer(principal, counted, asked)
 
     async def _admitted_on_loop(
         self, authorization: str, seen: dict[str, Any] | None

@@ -15,7 +15,7 @@ import secrets
 import threading
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 
 import attrs
 
@@ -161,6 +161,16 @@ _Held = dict[str, list[list[tuple[int, int]]]]
 #: whether it was counted
 _Counted = Callable[[], tuple[list[list[tuple[int, int]]], bool]]
 CountLater = Callable[[str, Sequence[tuple[int, int, int, int]]], _Counted]
+#: a key looked up and its request counted, sent with its unit's end (``admit_later``)
+AdmitLater = Callable[
+    [str, Sequence[tuple[int, int, int]]],
+    Callable[[], tuple[KeyLookup | None, list[list[tuple[int, int]]], bool]],
+]
+
+
+def _admit_later_of(tx: Any) -> AdmitLater:
+    admit_later: AdmitLater = tx.keys.admit_later
+    return admit_later
 
 
 @attrs.define
@@ -330,7 +340,7 @@ class RateLimiter:
                             hit.error = refused
                     counts.write()
             if later is not None:
-                self._answer_alone(batch[0], later)
+                self.answer_alone(batch[0], later)
         except BaseException as failure:  # the book failed: every hit of the batch fails with it
             for hit in batch:
                 hit.state, hit.error = None, failure
@@ -338,7 +348,12 @@ class RateLimiter:
             for hit in batch:
                 hit.done = True
 
-    def _answer_alone(self, hit: _Hit, later: _Counted) -> None:
+    @property
+    def by_key(self) -> bool:
+        """Whether each key is counted in a lane of its own (the book counts by key)."""
+        return self._by_key
+
+    def answer_alone(self, hit: _Hit, later: _Counted) -> None:
         """A hit counted by ``count_later``: its answer worked out by :meth:`count` from what its
         windows held before it, as for a batch (the store decided on the same buckets)."""
         held, counted = later()
@@ -465,6 +480,11 @@ class Access:
         self.counts_apart = rate_book is not None
         book = rate_book if rate_book is not None else deps.store
         self.limiter = RateLimiter(book)
+        #: the keys repository's lookup-and-count of one request, where the store has one and is the
+        #: book that counts by key (PostgreSQL)
+        self._admit_later: Callable[[Any], AdmitLater] | None = None
+        if self.limiter.by_key and not self.counts_apart and hasattr(deps.store, "transaction_for"):
+            self._admit_later = _admit_later_of
         config = deps.config
         self.sign_ins = SignInThrottle(
             book,
@@ -502,6 +522,34 @@ class Access:
 
     def rate(self, principal: Principal) -> RateState:
         return self.limiter.hit(principal.key, self._deps.clock.now())
+
+    def admit(self, token: str | None) -> tuple[Principal, RateState | Exception]:
+        """:meth:`authenticate`, then :meth:`rate`, for one request: its caller (or UNAUTHORIZED /
+        CAPABILITY_DISABLED, nothing counted) and its count, a ``RateState`` or the error (RATE_LIMITED,
+        or the rate book's failure) its request raises once its caller is known. Where the store
+        counts by key and can count in the statement that looks the key up (PostgreSQL:
+        ``admit_later``), the key's lock, the lookup and the count are one round trip; elsewhere the
+        lookup, then the count in its lane."""
+        admit_later = self._admit_later if token and len(token) <= 200 else None
+        if admit_later is None:
+            principal = self.authenticate(token)
+            try:
+                return principal, self.rate(principal)
+            except Exception as refused:
+                return principal, refused
+        assert token is not None
+        now = self._deps.clock.now()
+        windows = [(window.width, window.since(now), window.start_of(now)) for window in (MINUTE, HOUR)]
+        with self._deps.store.transaction() as tx:  # its statements take no lock but the key's
+            later = admit_later(tx)(hash_key(token), windows)
+        found, held, counted = later()
+        principal = _admitted(found)  # the statement counted none of what this refuses
+        hit = _Hit(principal.key, now)
+        self.limiter.answer_alone(hit, lambda: (held, counted))
+        if isinstance(hit.error, RateLimitedError):
+            return principal, hit.error
+        assert hit.state is not None
+        return principal, hit.state
 
     def rate_many(self, principals: Sequence[Principal]) -> list[RateState | BaseException]:
         """:meth:`rate` for several requests counted in one write of the rate book: what each count

@@ -667,6 +667,16 @@ class _PostgresRows(Rows):
             )
         self._held.update((namespace, key) for key in keys)
 
+    def hold_key_found(self, namespace: str, column: str, rest: str, params: Sequence[Any]) -> None:
+        """:meth:`hold_key` of the key the statement finds (:func:`_lock_half`, worked out by the
+        server: the first four bytes of the SHA-256 of the namespace, a zero byte and the key)."""
+        prefix = (namespace + "\x00").encode().hex()
+        digest = f"sha256(decode('{prefix}', 'hex') || convert_to({column}, 'UTF8'))"
+        half = f"('x' || encode(substring({digest} from 1 for 4), 'hex'))::bit(32)::int"
+        self.keep(
+            f"SELECT pg_advisory_xact_lock(%s, {half}) {POSTGRESQL.sql(rest)}", (self._namespace, *params)
+        )
+
     def hold_key(self, namespace: str, key: str) -> None:
         if (namespace, key) not in self._held:
             self.keep("SELECT pg_advisory_xact_lock(%s, %s)", (self._namespace, _lock_half(namespace, key)))
