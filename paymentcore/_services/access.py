@@ -168,11 +168,6 @@ AdmitLater = Callable[
 ]
 
 
-def _admit_later_of(tx: Any) -> AdmitLater:
-    admit_later: AdmitLater = tx.keys.admit_later
-    return admit_later
-
-
 @attrs.define
 class _Span:
     """The hits of a key's buckets from one start on, and the oldest of those buckets' starts."""
@@ -480,11 +475,11 @@ class Access:
         self.counts_apart = rate_book is not None
         book = rate_book if rate_book is not None else deps.store
         self.limiter = RateLimiter(book)
-        #: the keys repository's lookup-and-count of one request, where the store has one and is the
-        #: book that counts by key (PostgreSQL)
-        self._admit_later: Callable[[Any], AdmitLater] | None = None
-        if self.limiter.by_key and not self.counts_apart and hasattr(deps.store, "transaction_for"):
-            self._admit_later = _admit_later_of
+        #: whether a request's key is looked up and counted in one unit (``admit_later`` of the keys
+        #: repository): where the store is the book and counts by key (PostgreSQL)
+        self._admits_at_once = (
+            self.limiter.by_key and not self.counts_apart and hasattr(deps.store, "transaction_for")
+        )
         config = deps.config
         self.sign_ins = SignInThrottle(
             book,
@@ -530,8 +525,7 @@ class Access:
         counts by key and can count in the statement that looks the key up (PostgreSQL:
         ``admit_later``), the key's lock, the lookup and the count are one round trip; elsewhere the
         lookup, then the count in its lane."""
-        admit_later = self._admit_later if token and len(token) <= 200 else None
-        if admit_later is None:
+        if not (self._admits_at_once and token and len(token) <= 200):
             principal = self.authenticate(token)
             try:
                 return principal, self.rate(principal)
@@ -541,7 +535,8 @@ class Access:
         now = self._deps.clock.now()
         windows = [(window.width, window.since(now), window.start_of(now)) for window in (MINUTE, HOUR)]
         with self._deps.store.transaction() as tx:  # its statements take no lock but the key's
-            later = admit_later(tx)(hash_key(token), windows)
+            admit_later: AdmitLater = cast(Any, tx.keys).admit_later
+            later = admit_later(hash_key(token), windows)
         found, held, counted = later()
         principal = _admitted(found)  # the statement counted none of what this refuses
         hit = _Hit(principal.key, now)
