@@ -20,6 +20,19 @@ from conftest import postgres_url  # type: ignore[import-not-found, unused-ignor
 GAPS = [0, 0, 0, 0.2, 0.5, 1, 0, 0, 3, 10, 20, 0, 0, 30, 15, 0.9, 0, 0, 61, 0, 0, 0, 5, 59, 1, 0, 0]
 
 
+def _count_queries(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """The queries sent to PostgreSQL from now on (each one round trip), as they are sent."""
+    sent: list[bytes] = []
+    real = postgres._query
+
+    def counting(conn: Any, query: bytes) -> Any:
+        sent.append(query)
+        return real(conn, query)
+
+    monkeypatch.setattr(postgres, "_query", counting)
+    return sent
+
+
 def _answers(core: PaymentCore, clock: FakeClock, per_minute: int, per_hour: int) -> list[Any]:
     """Each hit's answer over GAPS: (remaining, reset seconds), or ("refused", retry after, limit)."""
     merchant = core.operator.create_merchant("Shop")
@@ -63,20 +76,12 @@ def test_a_count_alone_is_one_round_trip_and_a_refused_hit_is_not_counted(
         key = core.operator.create_key(merchant.id, ["collect"], per_minute=2, per_hour=50).key
         limiter = RateLimiter(core.store)
         limiter.hit(key, clock.now())  # the statements known on the pool's connection
-        sent: list[bytes] = []
-        real = postgres._query
-
-        def counting(conn: Any, query: bytes) -> Any:
-            sent.append(query)
-            return real(conn, query)
-
-        monkeypatch.setattr(postgres, "_query", counting)
+        sent = _count_queries(monkeypatch)
         assert limiter.hit(key, clock.now()).remaining == 0
         assert len(sent) == 1 and sent[0].rstrip().endswith(b"COMMIT")  # one query: lock, count, COMMIT
         for _ in range(3):
             with pytest.raises(RateLimitedError):
                 limiter.hit(key, clock.now())
-        monkeypatch.setattr(postgres, "_query", real)
         with core.store.read() as tx:  # the refused ones left nothing
             assert sum(hits for _, hits in tx.rates.buckets(key.id, 1000, 0)) == 2
         clock.advance(seconds=60)
@@ -155,16 +160,9 @@ def test_admitting_a_request_is_one_round_trip_under_the_keys_own_rate_lock(
         merchant = core.operator.create_merchant("Shop")
         made = core.operator.create_key(merchant.id, ["collect"], per_minute=5, per_hour=50)
         core.access.admit(made.api_key)
-        sent: list[bytes] = []
-        real = postgres._query
-
-        def counting(conn: Any, query: bytes) -> Any:
-            sent.append(query)
-            return real(conn, query)
-
-        monkeypatch.setattr(postgres, "_query", counting)
+        sent = _count_queries(monkeypatch)
         principal, counted = core.access.admit(made.api_key)
-        monkeypatch.setattr(postgres, "_query", real)
+        monkeypatch.undo()
         assert principal.key.id == made.key.id and not isinstance(counted, Exception)
         assert counted.remaining == 3
         assert len(sent) == 1 and sent[0].rstrip().endswith(b"COMMIT")
