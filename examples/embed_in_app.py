@@ -139,6 +139,19 @@ def run(core: PaymentCore) -> None:
     core.check_all_ledgers()
     print(f"final statuses: charge={collection.status.value} payout={payout.status.value}")
 
+    # 9. Your own API layer in front of the core: the operator gives the merchant an API key, and each
+    #    request is admitted first: its caller found (UNAUTHORIZED otherwise) and counted against the
+    #    key's limits, in one call (on PostgreSQL one round trip). A refused count is an error to raise.
+    made = core.operator.create_key(merchant.id, ["disburse"], per_minute=2)
+    for attempt in (1, 2, 3):
+        principal, count = core.access.admit(made.api_key)
+        if isinstance(count, PaymentError):
+            print(f"request {attempt} for {principal.merchant.name}: {count.code}")
+        elif isinstance(count, Exception):
+            raise count
+        else:
+            print(f"request {attempt} for {principal.merchant.name}: {count.remaining} left this minute")
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)

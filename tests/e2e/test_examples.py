@@ -132,6 +132,8 @@ def test_embed_in_app(store: str) -> None:
     assert "a payout beyond the balance is refused: INSUFFICIENT_BALANCE" in out
     assert "balance final: XAF available=7300 reserved=0" in out
     assert "final statuses: charge=SUCCESS payout=PAID" in out
+    assert "request 1 for Corner Shop: 1 left this minute" in out
+    assert "request 3 for Corner Shop: RATE_LIMITED" in out
 
 
 def test_integrator_suite_passes() -> None:
