@@ -27,7 +27,9 @@ can hold several independent stores (the tests give each test its own schema). W
 from __future__ import annotations
 
 import base64
+import builtins
 import hashlib
+import json
 import re
 import secrets
 import sqlite3
@@ -41,8 +43,18 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from paymentcore._domain.queries import UNSPENT_STATUSES
 from paymentcore.adapters.schema import MIGRATIONS as SQLITE_MIGRATIONS
-from paymentcore.adapters.sql import POSTGRESQL, Rows, SqlTransaction, sql_in, sql_not_in
-from paymentcore.ports import StoreReadOnlyError, StoreUnavailableError
+from paymentcore.adapters.sql import (
+    POSTGRESQL,
+    Rows,
+    SqlTransaction,
+    _Keys,
+    _lookup_of,
+    _Made,
+    _Rates,
+    sql_in,
+    sql_not_in,
+)
+from paymentcore.ports import KeyLookup, StoreReadOnlyError, StoreUnavailableError
 
 __all__ = [
     "DEFAULT_POOL_SIZE",
@@ -683,8 +695,121 @@ class _PostgresRows(Rows):
             self._held.add((namespace, key))
 
 
+class _PostgresKeys(_Keys):
+    """The keys, and a request's lookup and rate count in one statement (``Access.admit``)."""
+
+    def admit_later(
+        self, key_hash: str, windows: Sequence[tuple[int, int, int]]
+    ) -> Callable[[], tuple[KeyLookup | None, builtins.list[builtins.list[tuple[int, int]]], bool]]:
+        """:meth:`lookup`, and one request of the key counted as ``_PostgresRates.count_later`` counts a hit
+        (``(width, since, start)`` each: the minute's window, then the hour's; their ceilings the key's
+        own) when the key admits it (not revoked, its merchant there, the API switched on): kept with
+        the unit's statements, so that a unit of nothing else is one round trip. The key's rate lock is
+        taken first, by a statement that finds the key: the count's statement, whose snapshot then
+        holds every earlier count of the key, finds what it looks up and counts in one snapshot. What
+        it gives, once sent: the lookup, what the windows held before the hit, whether it was counted.
+        A WITH that writes: PostgreSQL's."""
+        rows = self._rows
+        assert isinstance(rows, _PostgresRows)
+        rows.hold_key_found("rate", "k.id", "FROM api_keys AS k WHERE k.key_hash = ?", (key_hash,))
+        ceilings = ("k.per_minute", "k.per_hour")
+        held = " UNION ALL ".join(
+            "SELECT width, start, hits FROM rate_counts WHERE key_id = (SELECT id FROM admitted)"
+            " AND width = ? AND start >= ?"
+            for _ in windows
+        )
+        room = " AND ".join(
+            f"(SELECT coalesce(sum(hits), 0) FROM held WHERE width = ?) < {ceiling}"
+            for ceiling, _ in zip(ceilings, windows, strict=True)
+        )
+        buckets = ", ".join("(CAST(? AS INTEGER), CAST(? AS BIGINT))" for _ in windows)
+        answer = rows.run(
+            "WITH admitted AS (SELECT k.id, k.per_minute, k.per_hour FROM api_keys AS k"
+            " JOIN merchants AS m ON m.id = k.merchant_id LEFT JOIN settings AS s ON s.id = 1"
+            " WHERE k.key_hash = ? AND NOT k.revoked AND coalesce(s.api_enabled, TRUE)),"
+            f" held AS ({held}),"
+            " added AS (INSERT INTO rate_counts (key_id, width, start, hits)"
+            f" SELECT k.id, v.w, v.s, 1 FROM admitted AS k, (VALUES {buckets}) AS v (w, s) WHERE {room}"
+            " ON CONFLICT (key_id, width, start) DO UPDATE SET hits = rate_counts.hits + 1 RETURNING 1)"
+            f" SELECT {self._LOOKED_UP}, (SELECT coalesce(json_agg(json_build_array(width, start, hits)"
+            f" ORDER BY width, start), '[]') FROM held), (SELECT count(*) FROM added){self._FOUND}",
+            [
+                key_hash,
+                *(v for width, since, _ in windows for v in (width, since)),
+                *(v for width, _, start in windows for v in (width, start)),
+                *(width for width, _, _ in windows),
+                key_hash,
+            ],
+            lock=False,
+        )
+        place = {width: n for n, (width, _, _) in enumerate(windows)}
+
+        def read() -> tuple[KeyLookup | None, builtins.list[builtins.list[tuple[int, int]]], bool]:
+            row = answer.fetchone()
+            found: builtins.list[builtins.list[tuple[int, int]]] = [[] for _ in windows]
+            if row is None:
+                return None, found, False
+            *looked_up, held_rows, added = row
+            for width, start, hits in held_rows if isinstance(held_rows, list) else json.loads(held_rows):
+                found[place[int(width)]].append((int(start), int(hits)))
+            return _lookup_of(looked_up), found, int(added) > 0
+
+        return read
+
+
+class _PostgresRates(_Rates):
+    """The rate counters, and one hit counted in the statement that reads its buckets."""
+
+    def count_later(
+        self, key_id: str, windows: Sequence[tuple[int, int, int, int]]
+    ) -> Callable[[], tuple[builtins.list[builtins.list[tuple[int, int]]], bool]]:
+        """One hit of ``key_id``, added to its bucket of each window (``(width, since, start, ceiling)``
+        each) only when every window holds fewer hits than its ceiling, in one statement kept with the
+        unit's others: what each window held before it, and whether it was counted, once the unit has
+        sent it (its end, in a unit of nothing else). A WITH that writes: PostgreSQL's; the key's
+        lock is taken first, so the statement's snapshot holds every earlier count of the key."""
+        self._rows.hold_key("rate", key_id)
+        held = " UNION ALL ".join(
+            "SELECT width, start, hits FROM rate_counts WHERE key_id = ? AND width = ? AND start >= ?"
+            for _ in windows
+        )
+        room = " AND ".join("(SELECT coalesce(sum(hits), 0) FROM held WHERE width = ?) < ?" for _ in windows)
+        buckets = ", ".join("(CAST(? AS INTEGER), CAST(? AS BIGINT))" for _ in windows)
+        answer = self._rows.run(
+            f"WITH held AS ({held}), added AS (INSERT INTO rate_counts (key_id, width, start, hits)"
+            f" SELECT CAST(? AS TEXT), w, s, 1 FROM (VALUES {buckets}) AS v (w, s) WHERE {room}"
+            " ON CONFLICT (key_id, width, start) DO UPDATE SET hits = rate_counts.hits + 1 RETURNING 1)"
+            " SELECT width, start, hits FROM held UNION ALL SELECT -1, count(*), 0 FROM added"
+            " ORDER BY 1, 2",
+            [
+                *(v for width, since, _, _ in windows for v in (key_id, width, since)),
+                key_id,
+                *(v for width, _, start, _ in windows for v in (width, start)),
+                *(v for width, _, _, ceiling in windows for v in (width, ceiling)),
+            ],
+            lock=False,
+        )
+        place = {width: n for n, (width, _, _, _) in enumerate(windows)}
+
+        def read() -> tuple[builtins.list[builtins.list[tuple[int, int]]], bool]:
+            found: builtins.list[builtins.list[tuple[int, int]]] = [[] for _ in windows]
+            counted = False
+            for width, start, hits in answer.fetchall():
+                if width == -1:
+                    counted = int(start) > 0
+                else:
+                    found[place[width]].append((int(start), int(hits)))
+            return found, counted
+
+        return read
+
+
 class PostgresTransaction(SqlTransaction):
-    """One unit of work on one pooled connection: the repositories of ``ports.UnitOfWork``."""
+    """One unit of work on one pooled connection: the repositories of ``ports.UnitOfWork``, the keys
+    and the rate counters with what only PostgreSQL's statements can do (a WITH that writes)."""
+
+    keys = _Made(_PostgresKeys)
+    rates = _Made(_PostgresRates)
 
     def __init__(self, conn: psycopg.Connection[Any], **rows: Any) -> None:
         """``rows``: how its statements run (``writable``, the lock keys, the partition:

@@ -397,11 +397,6 @@ class Rows(abc.ABC):
         for key in sorted(set(keys)):
             self.hold_key(namespace, key)
 
-    def hold_key_found(self, namespace: str, column: str, rest: str, params: Sequence[Any]) -> None:
-        """:meth:`hold_key` of the key in ``column`` of the row ``rest`` (``FROM ... WHERE ...``)
-        finds, worked out by the server in the statement that finds it (none when it finds no row)."""
-        raise NotImplementedError("this engine cannot take a lock named by a row it reads")
-
     def run(self, sql: str, params: Any = (), *, lock: bool = True) -> Any:
         return self.execute(self.dialect.sql(sql), params, lock=lock)
 
@@ -746,64 +741,6 @@ class _Keys(_Repository):
 
     def lookup(self, key_hash: str) -> KeyLookup | None:
         return _lookup_of(self._rows.run(self._LOOKUP, (key_hash,)).fetchone())
-
-    def admit_later(
-        self, key_hash: str, windows: Sequence[tuple[int, int, int]]
-    ) -> Callable[[], tuple[KeyLookup | None, builtins.list[builtins.list[tuple[int, int]]], bool]]:
-        """:meth:`lookup`, and one request of the key counted as ``_Rates.count_later`` counts a hit
-        (``(width, since, start)`` each: the minute's window, then the hour's; their ceilings the key's
-        own) when the key admits it (not revoked, its merchant there, the API switched on): kept with
-        the unit's statements, so that a unit of nothing else is one round trip. The key's rate lock is
-        taken first, by a statement that finds the key: the count's statement, whose snapshot then
-        holds every earlier count of the key, finds what it looks up and counts in one snapshot. What
-        it gives, once sent: the lookup, what the windows held before the hit, whether it was counted.
-        PostgreSQL only (a WITH that writes)."""
-        if self._rows.dialect is not POSTGRESQL:
-            raise NotImplementedError("admit_later needs a WITH that writes (PostgreSQL)")
-        self._rows.hold_key_found("rate", "k.id", "FROM api_keys AS k WHERE k.key_hash = ?", (key_hash,))
-        ceilings = ("k.per_minute", "k.per_hour")
-        held = " UNION ALL ".join(
-            "SELECT width, start, hits FROM rate_counts WHERE key_id = (SELECT id FROM admitted)"
-            " AND width = ? AND start >= ?"
-            for _ in windows
-        )
-        room = " AND ".join(
-            f"(SELECT coalesce(sum(hits), 0) FROM held WHERE width = ?) < {ceiling}"
-            for ceiling, _ in zip(ceilings, windows, strict=True)
-        )
-        buckets = ", ".join("(CAST(? AS INTEGER), CAST(? AS BIGINT))" for _ in windows)
-        answer = self._rows.run(
-            "WITH admitted AS (SELECT k.id, k.per_minute, k.per_hour FROM api_keys AS k"
-            " JOIN merchants AS m ON m.id = k.merchant_id LEFT JOIN settings AS s ON s.id = 1"
-            " WHERE k.key_hash = ? AND NOT k.revoked AND coalesce(s.api_enabled, TRUE)),"
-            f" held AS ({held}),"
-            " added AS (INSERT INTO rate_counts (key_id, width, start, hits)"
-            f" SELECT k.id, v.w, v.s, 1 FROM admitted AS k, (VALUES {buckets}) AS v (w, s) WHERE {room}"
-            " ON CONFLICT (key_id, width, start) DO UPDATE SET hits = rate_counts.hits + 1 RETURNING 1)"
-            f" SELECT {self._LOOKED_UP}, (SELECT coalesce(json_agg(json_build_array(width, start, hits)"
-            f" ORDER BY width, start), '[]') FROM held), (SELECT count(*) FROM added){self._FOUND}",
-            [
-                key_hash,
-                *(v for width, since, _ in windows for v in (width, since)),
-                *(v for width, _, start in windows for v in (width, start)),
-                *(width for width, _, _ in windows),
-                key_hash,
-            ],
-            lock=False,
-        )
-        place = {width: n for n, (width, _, _) in enumerate(windows)}
-
-        def read() -> tuple[KeyLookup | None, builtins.list[builtins.list[tuple[int, int]]], bool]:
-            row = answer.fetchone()
-            found: builtins.list[builtins.list[tuple[int, int]]] = [[] for _ in windows]
-            if row is None:
-                return None, found, False
-            *looked_up, held_rows, added = row
-            for width, start, hits in held_rows if isinstance(held_rows, list) else json.loads(held_rows):
-                found[place[int(width)]].append((int(start), int(hits)))
-            return _lookup_of(looked_up), found, int(added) > 0
-
-        return read
 
     def put(self, key: ApiKey) -> None:
         self._rows.upsert(_KEYS, key)
@@ -1655,51 +1592,6 @@ class _Rates(_Repository):
             found[key_id][place[width]].append((int(start), int(hits)))
         return found
 
-    def count_later(
-        self, key_id: str, windows: Sequence[tuple[int, int, int, int]]
-    ) -> Callable[[], tuple[builtins.list[builtins.list[tuple[int, int]]], bool]]:
-        """One hit of ``key_id``, added to its bucket of each window (``(width, since, start, ceiling)``
-        each) only when every window holds fewer hits than its ceiling, in one statement kept with the
-        unit's others: what each window held before it, and whether it was counted, once the unit has
-        sent it (its end, in a unit of nothing else). PostgreSQL only (a WITH that writes); the key's
-        lock is taken first, so the statement's snapshot holds every earlier count of the key."""
-        if self._rows.dialect is not POSTGRESQL:
-            raise NotImplementedError("count_later needs a WITH that writes (PostgreSQL)")
-        self._rows.hold_key("rate", key_id)
-        held = " UNION ALL ".join(
-            "SELECT width, start, hits FROM rate_counts WHERE key_id = ? AND width = ? AND start >= ?"
-            for _ in windows
-        )
-        room = " AND ".join("(SELECT coalesce(sum(hits), 0) FROM held WHERE width = ?) < ?" for _ in windows)
-        buckets = ", ".join("(CAST(? AS INTEGER), CAST(? AS BIGINT))" for _ in windows)
-        answer = self._rows.run(
-            f"WITH held AS ({held}), added AS (INSERT INTO rate_counts (key_id, width, start, hits)"
-            f" SELECT CAST(? AS TEXT), w, s, 1 FROM (VALUES {buckets}) AS v (w, s) WHERE {room}"
-            " ON CONFLICT (key_id, width, start) DO UPDATE SET hits = rate_counts.hits + 1 RETURNING 1)"
-            " SELECT width, start, hits FROM held UNION ALL SELECT -1, count(*), 0 FROM added"
-            " ORDER BY 1, 2",
-            [
-                *(v for width, since, _, _ in windows for v in (key_id, width, since)),
-                key_id,
-                *(v for width, _, start, _ in windows for v in (width, start)),
-                *(v for width, _, _, ceiling in windows for v in (width, ceiling)),
-            ],
-            lock=False,
-        )
-        place = {width: n for n, (width, _, _, _) in enumerate(windows)}
-
-        def read() -> tuple[builtins.list[builtins.list[tuple[int, int]]], bool]:
-            found: builtins.list[builtins.list[tuple[int, int]]] = [[] for _ in windows]
-            counted = False
-            for width, start, hits in answer.fetchall():
-                if width == -1:
-                    counted = int(start) > 0
-                else:
-                    found[place[width]].append((int(start), int(hits)))
-            return found, counted
-
-        return read
-
     def add(self, key_id: str, width: int, start: int, hits: int = 1) -> None:
         self.add_many([(key_id, width, start, hits)])
 
@@ -1776,7 +1668,7 @@ class _Audit(_Repository):
         return self._rows.listing(_AUDIT, key="id", after=after, filters=conditions, limit=limit, at="at")
 
 
-_R = typing.TypeVar("_R")
+_R = typing.TypeVar("_R", covariant=True)
 
 
 class _Made(typing.Generic[_R]):
